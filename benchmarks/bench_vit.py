@@ -1,0 +1,137 @@
+"""Benchmark: our ViT against timm's on the same weights, and the NumPy room against PyTorch.
+
+    python benchmarks/bench_vit.py                      # vit_tiny, batch 8, 224², CPU
+    python benchmarks/bench_vit.py --model vit_small_patch16_224 --repeats 20
+    python benchmarks/bench_vit.py --device cuda --dtype bf16 --compile   # on a GPU machine
+
+What it measures (a script, never a test -- timings are noisy and machine-specific):
+  1. forward + backward time, ours vs timm, same weights, runs alternating between the two so
+     drifts in machine load hit both; reported as medians and the median of per-pair ratios;
+  2. forward time of the NumPy model vs our PyTorch model (inference, float32, CPU only).
+timm is imported here only as the reference to race against.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+import vit_scratch
+
+
+def _sync(device):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def time_call(fn, device) -> float:
+    _sync(device)
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - start
+
+
+def fwd_bwd_step(model, images, labels, autocast_dtype):
+    def step():
+        model.zero_grad(set_to_none=True)
+        with torch.autocast(images.device.type, dtype=autocast_dtype,
+                            enabled=autocast_dtype is not None):
+            loss = torch.nn.functional.cross_entropy(model(images), labels)
+        loss.backward()
+
+    return step
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="vit_tiny_patch16_224")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--img-size", type=int, default=224)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
+                        help="bf16 = autocast for the PyTorch fwd+bwd")
+    parser.add_argument("--compile", action="store_true", help="torch.compile both models")
+    parser.add_argument("--skip-numpy", action="store_true")
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    args = parser.parse_args(argv)
+
+    import timm  # the reference we race against
+
+    torch.manual_seed(0)
+    device = args.device
+    oracle = timm.create_model(args.model, img_size=args.img_size)
+    vit_scratch.randomize_weights_(oracle, seed=0)
+    ours = vit_scratch.create_model(args.model, img_size=args.img_size)
+    ours.load_state_dict(oracle.state_dict(), strict=True)
+    oracle.to(device).train()
+    ours.to(device).train()
+    images = torch.randn(args.batch, 3, args.img_size, args.img_size, device=device)
+    labels = torch.randint(0, ours.cfg.num_classes, (args.batch,), device=device)
+    autocast = torch.bfloat16 if args.dtype == "bf16" else None
+    run_oracle, run_ours = oracle, ours
+    if args.compile:
+        run_oracle, run_ours = torch.compile(oracle), torch.compile(ours)
+
+    steps = {"timm": fwd_bwd_step(run_oracle, images, labels, autocast),
+             "ours": fwd_bwd_step(run_ours, images, labels, autocast)}
+    for _ in range(args.warmup):
+        for step in steps.values():
+            step()
+    times = {"timm": [], "ours": []}
+    for i in range(args.repeats):
+        order = ["timm", "ours"] if i % 2 == 0 else ["ours", "timm"]  # alternate who goes first
+        for name in order:
+            times[name].append(time_call(steps[name], device))
+    ratios = [o / t for o, t in zip(times["ours"], times["timm"])]
+    result = {
+        "model": args.model, "batch": args.batch, "img_size": args.img_size,
+        "device": device, "dtype": args.dtype, "compile": args.compile,
+        "torch": torch.__version__, "timm": timm.__version__,
+        "threads": torch.get_num_threads(),
+        "fwd_bwd_ms_timm": 1e3 * statistics.median(times["timm"]),
+        "fwd_bwd_ms_ours": 1e3 * statistics.median(times["ours"]),
+        "fwd_bwd_ratio_ours_over_timm": statistics.median(ratios),
+    }
+
+    if not args.skip_numpy:
+        ours_cpu = vit_scratch.create_model(args.model, img_size=args.img_size).eval()
+        ours_cpu.load_state_dict(oracle.state_dict())
+        np_model = vit_scratch.create_numpy_model(
+            args.model, vit_scratch.state_dict_to_numpy(oracle.state_dict()),
+            img_size=args.img_size)
+        x = images.float().cpu()
+        x_np = x.numpy()
+        np_model(x_np)
+        with torch.no_grad():
+            ours_cpu(x)
+        t_np, t_pt = [], []
+        for i in range(args.repeats):
+            with torch.no_grad():
+                pair = [("np", lambda: np_model(x_np)), ("pt", lambda: ours_cpu(x))]
+                for name, fn in pair if i % 2 == 0 else pair[::-1]:
+                    (t_np if name == "np" else t_pt).append(time_call(fn, "cpu"))
+        result.update({
+            "fwd_ms_numpy": 1e3 * statistics.median(t_np),
+            "fwd_ms_torch_cpu": 1e3 * statistics.median(t_pt),
+            "fwd_ratio_numpy_over_torch": statistics.median(
+                [a / b for a, b in zip(t_np, t_pt)]),
+        })
+
+    width = max(map(len, result))
+    for key, value in result.items():
+        shown = f"{value:.3f}" if isinstance(value, float) else value
+        print(f"{key:<{width}}  {shown}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return result
+
+
+if __name__ == "__main__":
+    main()

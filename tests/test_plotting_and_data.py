@@ -1,0 +1,59 @@
+"""The figure helpers and the offline data: shapes and values, no pixels compared."""
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from vit_scratch import plotting  # noqa: E402
+from vit_scratch.data import IMAGENET_MEAN, IMAGENET_STD, normalize, sample_image  # noqa: E402
+from vit_scratch.numpy_nn.patch_embed import patchify  # noqa: E402
+
+
+@pytest.mark.parametrize("size", [224, (96, 160)])
+def test_sample_image(size):
+    img = sample_image(size)
+    h, w = (size, size) if isinstance(size, int) else size
+    assert img.shape == (3, h, w) and img.dtype == np.float32
+    assert 0.0 <= img.min() and img.max() <= 1.0 and img.std() > 0.1  # a real picture
+
+
+def test_normalize():
+    img = np.ones((2, 3, 4, 4), dtype=np.float32) * np.reshape(IMAGENET_MEAN, (3, 1, 1))
+    np.testing.assert_allclose(normalize(img), 0.0, atol=1e-7)
+    one_std = np.reshape(IMAGENET_MEAN, (3, 1, 1)) + np.reshape(IMAGENET_STD, (3, 1, 1))
+    np.testing.assert_allclose(normalize(np.broadcast_to(one_std, (3, 2, 2))), 1.0, rtol=1e-6)
+
+
+def test_patch_mosaic_keeps_every_patch_in_place():
+    img = np.random.default_rng(0).random((3, 8, 12))
+    mosaic = plotting.patch_mosaic(patchify(img[None], 4)[0], (2, 3), 4, gap=1)
+    assert mosaic.shape == (2 * 5, 3 * 5, 3)
+    np.testing.assert_array_equal(mosaic[5:9, 10:14], img[:, 4:8, 8:12].transpose(1, 2, 0))
+    assert (mosaic[4, :] == 1.0).all()  # the gap
+
+
+def test_similarity_mosaic_tiles():
+    sim = np.arange(36.0).reshape(6, 6)  # grid (2, 3): 6 patches
+    mosaic = plotting.similarity_mosaic(sim, (2, 3), gap=1)
+    assert mosaic.shape == (2 * 3, 3 * 4)
+    # tile (row 1, col 2) is patch 5's row, drawn on the grid
+    np.testing.assert_array_equal(mosaic[3:5, 8:11], sim[5].reshape(2, 3))
+    assert np.isnan(mosaic[2]).all()
+
+
+def test_upsample_and_figures_draw():
+    attn = np.arange(6, dtype=np.float32).reshape(2, 3)
+    up = plotting.upsample_map(attn, 4)
+    assert up.shape == (8, 12) and (up[4:8, 8:12] == 5).all()
+    img = sample_image(48)
+    fig, axes = plt.subplots(1, 3)
+    plotting.draw_patch_grid(img, 16, ax=axes[0], numbers=True)
+    plotting.plot_attention_overlay(img, np.random.default_rng(0).random((3, 3)), 16, ax=axes[1],
+                                    vmin=0, vmax=1)
+    _, image = plotting.plot_similarity_grid(np.eye(9), (3, 3), ax=axes[2], vmin=None, vmax=None)
+    assert image.get_clim() == (0.0, 1.0)
+    assert len(axes[0].texts) == 9
+    plt.close(fig)

@@ -1,0 +1,12 @@
+"""The NumPy room: every ViT building block as a plain function on arrays.
+
+Functions take the weights explicitly, laid out exactly like the PyTorch ``state_dict``
+(``Linear.weight`` is ``(out_features, in_features)``), and keep the input's dtype: float64 in,
+float64 out, so the tests can compare with PyTorch near machine precision.
+
+    layers        linear, layer_norm, erf, gelu, softmax, mlp
+    patch_embed   patchify, unpatchify, patch_embed, add_class_token, sin-cos position embeddings
+    attention     scaled_dot_product_attention, split_heads, merge_heads, multi_head_attention
+    vit           block, ViT (a callable model built from a state_dict of arrays)
+"""
+from . import attention, layers, patch_embed, vit  # noqa: F401

@@ -1,0 +1,110 @@
+"""Multi-head self-attention in NumPy, straight from the formula
+
+    Attention(Q, K, V) = softmax(Q Kᵀ / √d) V
+
+with the scale applied to the scores *before* the softmax, and masked scores set to -inf
+*before* the softmax (the two bugs of seed 003 got exactly these two steps wrong).
+"""
+from __future__ import annotations
+
+import numpy as np
+from einops import rearrange
+
+from .. import checks
+from .layers import linear, softmax
+
+
+def attention_weights(q: np.ndarray, k: np.ndarray, mask: np.ndarray | None = None,
+                      scale: float | None = None) -> np.ndarray:
+    """softmax(q kᵀ · scale + mask) -- each row sums to 1.
+
+    q: (..., N_q, d), k: (..., N_k, d)  ->  (..., N_q, N_k); scale defaults to d^-½.
+    mask: boolean (True = may attend) or additive float, broadcastable to the scores.
+    A query that may attend to nothing gets all-zero weights (so its output is 0), the
+    convention of PyTorch's ``F.scaled_dot_product_attention``, instead of 0/0 = nan.
+    """
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = (q * np.asarray(scale, dtype=q.dtype)) @ np.swapaxes(k, -1, -2)  # (..., N_q, N_k)
+    if mask is None:
+        return softmax(scores, axis=-1, out=scores)  # in place: scores is ours
+    mask = np.asarray(mask)
+    checks.check_mask(mask.shape, scores.shape)
+    if mask.dtype == np.bool_:
+        scores = np.where(mask, scores, -np.inf)
+    else:
+        scores = scores + mask
+    empty = np.isneginf(scores).all(axis=-1, keepdims=True)  # (..., N_q, 1)
+    weights = softmax(np.where(empty, 0.0, scores), axis=-1)
+    return np.where(empty, 0.0, weights).astype(scores.dtype, copy=False)
+
+
+def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                                 mask: np.ndarray | None = None, scale: float | None = None,
+                                 return_attention: bool = False):
+    """softmax(q kᵀ / √d) v, for any leading axes (batch, heads).
+
+    q: (..., N_q, d), k: (..., N_k, d), v: (..., N_k, d_v)  ->  (..., N_q, d_v)
+    With ``return_attention=True`` also returns the weights (..., N_q, N_k).
+    """
+    attn = attention_weights(q, k, mask=mask, scale=scale)
+    out = attn @ v
+    return (out, attn) if return_attention else out
+
+
+def split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:
+    """(B, N, h·d) -> (B, h, N, d): channels are head-major, head 0 owns channels 0..d-1."""
+    checks.head_dim(x.shape[-1], num_heads)
+    return rearrange(x, "b n (h d) -> b h n d", h=num_heads)
+
+
+def merge_heads(x: np.ndarray) -> np.ndarray:
+    """(B, h, N, d) -> (B, N, h·d), the inverse of :func:`split_heads`."""
+    return rearrange(x, "b h n d -> b n (h d)")
+
+
+def multi_head_attention(x: np.ndarray, qkv_weight: np.ndarray, qkv_bias: np.ndarray | None,
+                         proj_weight: np.ndarray, proj_bias: np.ndarray, num_heads: int,
+                         mask: np.ndarray | None = None, return_attention: bool = False):
+    """Multi-head self-attention with one fused qkv projection (timm's layout).
+
+    x: (B, N, C), qkv_weight: (3C, C) with rows [q; k; v], proj_weight: (C, C)
+    ->  (B, N, C), and the attention weights (B, h, N, N) if ``return_attention``.
+    """
+    if x.ndim != 3:
+        raise ValueError(f"x must have shape (B, N, C), got shape {x.shape}")
+    checks.head_dim(x.shape[-1], num_heads)
+    qkv = linear(x, qkv_weight, qkv_bias)  # (B, N, 3C)
+    q, k, v = rearrange(qkv, "b n (three h d) -> three b h n d", three=3, h=num_heads)
+    out, attn = scaled_dot_product_attention(q, k, v, mask=mask, return_attention=True)
+    out = linear(merge_heads(out), proj_weight, proj_bias)  # (B, N, C)
+    return (out, attn) if return_attention else out
+
+
+def causal_mask(n: int) -> np.ndarray:
+    """(n, n) boolean mask, True on and below the diagonal: token i may attend to 0..i.
+
+    (ViT attends everywhere; masks matter for padding and for autoregressive models.)
+    """
+    return np.tril(np.ones((n, n), dtype=bool))
+
+
+def attention_rollout(attn_maps, head_fusion: str = "mean") -> np.ndarray:
+    """Attention rollout (Abnar & Zuidema, 2020): how much each output token draws on each input
+    token through all layers, counting the residual path.
+
+    attn_maps: per-block weights, each (B, h, N, N)  ->  (B, N, N).
+    Per block: fuse the heads (mean or max), add the identity for the residual connection,
+    renormalise rows to sum to 1; then multiply the blocks' matrices, last block on the left.
+    Row 0 of the result, reshaped to the patch grid, is the class token's view of the image.
+    """
+    if head_fusion not in ("mean", "max"):
+        raise ValueError(f"head_fusion must be 'mean' or 'max', got {head_fusion!r}")
+    rollout = None
+    for attn in attn_maps:
+        a = attn.mean(axis=1) if head_fusion == "mean" else attn.max(axis=1)  # (B, N, N)
+        a = a + np.eye(a.shape[-1], dtype=a.dtype)
+        a = a / a.sum(axis=-1, keepdims=True)
+        rollout = a if rollout is None else a @ rollout
+    if rollout is None:
+        raise ValueError("attn_maps is empty")
+    return rollout

@@ -1,0 +1,102 @@
+"""From pixels to tokens in NumPy: patchify, patch embedding, class token, position embeddings.
+
+A ViT cuts an image into non-overlapping P×P patches, flattens each one and projects it to
+``embed_dim`` channels.  Because the patches do not overlap, "flatten + Linear" and
+"Conv2d(kernel = stride = P)" are the same computation -- provided the flattening order is the
+order in which Conv2d's weight ``(E, C, P, P)`` flattens: channel first, then row, then column.
+"""
+from __future__ import annotations
+
+import numpy as np
+from einops import rearrange
+
+from .. import checks
+from .layers import linear
+
+
+def patchify(images: np.ndarray, patch_size: int) -> np.ndarray:
+    """Cut images into flattened patches, in raster order (left to right, top to bottom).
+
+    images: (B, C, H, W)  ->  (B, N, C·P·P) with N = (H/P)·(W/P); each patch is flattened
+    as (c, row, col), the order of a Conv2d weight (E, C, P, P).
+    """
+    checks.check_images(images.shape, patch_size=patch_size)
+    return rearrange(images, "b c (gh p1) (gw p2) -> b (gh gw) (c p1 p2)",
+                     p1=patch_size, p2=patch_size)
+
+
+def unpatchify(patches: np.ndarray, patch_size: int, img_size) -> np.ndarray:
+    """Inverse of :func:`patchify`: (B, N, C·P·P) -> (B, C, H, W)."""
+    gh, gw = checks.grid_size(img_size, patch_size)
+    if patches.ndim != 3 or patches.shape[1] != gh * gw or patches.shape[2] % (patch_size**2):
+        raise ValueError(
+            f"patches of shape {patches.shape} do not fit img_size={img_size!r} with "
+            f"patch_size={patch_size}: expected (B, {gh * gw}, C·{patch_size}·{patch_size})"
+        )
+    return rearrange(patches, "b (gh gw) (c p1 p2) -> b c (gh p1) (gw p2)",
+                     gh=gh, gw=gw, p1=patch_size, p2=patch_size)
+
+
+def patch_embed(images: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """Patch embedding as flatten + Linear, with a Conv2d's weights.
+
+    images: (B, C, H, W), weight: (E, C, P, P), bias: (E,)  ->  (B, N, E)
+    """
+    embed_dim, in_chans, patch, _ = weight.shape
+    checks.check_images(images.shape, in_chans, patch_size=patch)
+    return linear(patchify(images, patch), weight.reshape(embed_dim, -1), bias)
+
+
+def add_class_token(tokens: np.ndarray, cls_token: np.ndarray) -> np.ndarray:
+    """Prepend the learned class token to every sequence of the batch.
+
+    tokens: (B, N, C), cls_token: (1, 1, C)  ->  (B, 1 + N, C)
+    """
+    cls = np.broadcast_to(cls_token, (tokens.shape[0], 1, tokens.shape[-1]))
+    return np.concatenate([cls.astype(tokens.dtype, copy=False), tokens], axis=1)
+
+
+def sincos_pos_embed_1d(positions: np.ndarray, dim: int, temperature: float = 10000.0):
+    """Sinusoidal embedding of 1-D positions ("Attention Is All You Need").
+
+    positions: (M,)  ->  (M, dim); the first half are sines, the second half cosines, at
+    frequencies ω_i = temperature^(-i / (dim/2)), i = 0 .. dim/2 - 1.
+    """
+    if dim % 2:
+        raise ValueError(f"dim {dim} must be even for a sin-cos embedding")
+    omega = temperature ** -(np.arange(dim // 2, dtype=np.float64) / (dim // 2))  # (dim/2,)
+    angles = np.asarray(positions, dtype=np.float64)[:, None] * omega[None, :]  # (M, dim/2)
+    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
+
+
+def sincos_pos_embed_2d(embed_dim: int, grid_size, class_token: bool = True,
+                        temperature: float = 10000.0) -> np.ndarray:
+    """Fixed 2-D sin-cos position embedding (as in MAE): half the channels encode the row,
+    half the column, so tokens in the same row or column share half their embedding.
+
+    ->  (1, [1 +] gh·gw, embed_dim), raster order like :func:`patchify`; the class token's row
+    is zeros (it has no place in the grid).
+    """
+    if embed_dim % 4:
+        raise ValueError(f"embed_dim {embed_dim} must be divisible by 4 for a 2-D sin-cos embedding")
+    gh, gw = checks.to_2tuple(grid_size, "grid_size")
+    rows, cols = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")  # (gh, gw) each
+    emb = np.concatenate(
+        [sincos_pos_embed_1d(rows.ravel(), embed_dim // 2, temperature),
+         sincos_pos_embed_1d(cols.ravel(), embed_dim // 2, temperature)],
+        axis=1,
+    )  # (gh·gw, embed_dim)
+    if class_token:
+        emb = np.concatenate([np.zeros((1, embed_dim)), emb], axis=0)
+    return emb[None].astype(np.float32)
+
+
+def cosine_similarity_grid(pos_embed: np.ndarray, num_prefix_tokens: int = 1) -> np.ndarray:
+    """Cosine similarity of every patch's position embedding with every other's.
+
+    pos_embed: (1, [prefix +] N, C)  ->  (N, N); row i, reshaped to the patch grid, is the
+    picture the seed 003 draws for patch i.
+    """
+    pe = np.asarray(pos_embed, dtype=np.float64)[0, num_prefix_tokens:]  # (N, C)
+    pe = pe / np.maximum(np.linalg.norm(pe, axis=-1, keepdims=True), 1e-12)
+    return pe @ pe.T

@@ -1,0 +1,11 @@
+"""The PyTorch room: the same blocks as ``vit_scratch.numpy_nn``, as ``nn.Module``s.
+
+Module and parameter names are timm's, so a timm (or official DeiT) ``state_dict`` loads with
+``strict=True`` and gives the same logits.
+
+    layers        Mlp, DropPath
+    patch_embed   PatchEmbed, resize_pos_embed
+    attention     attention_weights, scaled_dot_product_attention, Attention
+    vit           Block, VisionTransformer
+"""
+from . import attention, layers, patch_embed, vit  # noqa: F401

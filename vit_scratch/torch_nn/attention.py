@@ -1,0 +1,82 @@
+"""Multi-head self-attention in PyTorch.
+
+The fast path is ``F.scaled_dot_product_attention`` (a fused kernel that never stores the
+(N, N) weights).  When the weights are asked for (``return_attention=True``) the same result
+is computed the explicit way, softmax(q kᵀ / √d) v, and the weights are returned -- the fast
+path stays the default, so asking costs nothing when you don't.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .. import checks
+
+
+def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None,
+                      scale: float | None = None) -> torch.Tensor:
+    """softmax(q kᵀ · scale + mask): (..., N_q, d), (..., N_k, d) -> (..., N_q, N_k).
+
+    mask: boolean (True = may attend) or additive float, broadcastable to the scores --
+    the convention of ``F.scaled_dot_product_attention``.  A query that may attend to nothing
+    gets all-zero weights, as in the fused kernel (and its gradient stays finite).
+    """
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = (q * scale) @ k.transpose(-2, -1)
+    if mask is None:
+        return scores.softmax(dim=-1)
+    checks.check_mask(mask.shape, scores.shape)
+    if mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, float("-inf"))  # returns a new tensor
+    else:
+        scores = scores + mask
+    empty = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., N_q, 1)
+    return scores.masked_fill(empty, 0.0).softmax(dim=-1).masked_fill(empty, 0.0)
+
+
+def scaled_dot_product_attention(q, k, v, mask=None, scale=None, dropout_p: float = 0.0,
+                                 return_attention: bool = False):
+    """softmax(q kᵀ / √d) v for (..., N, d) tensors; fused unless the weights are requested."""
+    if not return_attention:
+        if mask is not None:
+            checks.check_mask(mask.shape, q.shape[:-1] + k.shape[-2:-1])
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                              scale=scale)
+    attn = attention_weights(q, k, mask=mask, scale=scale)
+    out = F.dropout(attn, dropout_p) @ v if dropout_p else attn @ v
+    return out, attn
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention with a fused qkv projection.   (B, N, C) -> (B, N, C)
+
+    ``forward(x, return_attention=True)`` returns ``(out, attn)`` with attn (B, heads, N, N).
+    """
+
+    def __init__(self, dim: int, num_heads: int = 8, qkv_bias: bool = False,
+                 attn_drop: float = 0.0, proj_drop: float = 0.0):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = checks.head_dim(dim, num_heads)
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.attn_drop = nn.Dropout(attn_drop)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                return_attention: bool = False):
+        if x.ndim != 3:
+            raise ValueError(f"x must have shape (B, N, C), got shape {tuple(x.shape)}")
+        B, N, C = x.shape
+        checks.check_last_dim(x.shape, self.qkv.in_features, "x")
+        # (B, N, 3C) -> 3 × (B, h, N, d); rows of qkv are [q; k; v], each head-major
+        q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        dropout_p = self.attn_drop.p if self.training else 0.0
+        out = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=dropout_p,
+                                           return_attention=return_attention)
+        if return_attention:
+            out, attn = out
+        out = out.transpose(1, 2).reshape(B, N, C)  # merge heads: (B, h, N, d) -> (B, N, C)
+        out = self.proj_drop(self.proj(out))
+        return (out, attn) if return_attention else out

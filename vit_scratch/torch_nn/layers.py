@@ -1,0 +1,62 @@
+"""Elementary PyTorch layers of a transformer block: the MLP and stochastic depth.
+
+LayerNorm, Linear and GELU are PyTorch's own (``nn.LayerNorm(eps=1e-6)``, ``nn.Linear``,
+``nn.GELU()`` -- the exact erf form); their NumPy twins are in ``vit_scratch.numpy_nn.layers``.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+LAYER_NORM_EPS = 1e-6
+
+
+class Mlp(nn.Module):
+    """fc1 -> GELU -> dropout -> fc2 -> dropout.   (..., C) -> (..., C)"""
+
+    def __init__(self, in_features: int, hidden_features: int, out_features: int | None = None,
+                 drop: float = 0.0):
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, hidden_features)
+        self.act = nn.GELU()
+        self.drop1 = nn.Dropout(drop)
+        self.fc2 = nn.Linear(hidden_features, out_features or in_features)
+        self.drop2 = nn.Dropout(drop)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+
+
+class DropPath(nn.Module):
+    """Stochastic depth: in training, drop a whole residual branch per sample with probability
+    ``p`` (and scale the kept ones by 1/(1-p)); identity in eval.  Has no parameters."""
+
+    def __init__(self, p: float = 0.0):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.p == 0.0 or not self.training:
+            return x
+        keep = 1.0 - self.p
+        shape = (x.shape[0],) + (1,) * (x.ndim - 1)  # one coin per sample
+        return x * x.new_empty(shape).bernoulli_(keep).div_(keep)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+@torch.no_grad()
+def trunc_normal_(tensor: torch.Tensor, std: float = 0.02, bound: float = 2.0) -> torch.Tensor:
+    """Fill ``tensor`` with N(0, std²) samples truncated to ±bound·std, in place.
+
+    Redraws the ~5% of samples that fall outside until none do -- the same distribution as
+    ``nn.init.trunc_normal_(tensor, std=std, a=-bound*std, b=bound*std)``, many times faster
+    (that one inverts the normal CDF for every element).
+    """
+    tensor.normal_(0.0, std)
+    outside = tensor.abs() > bound * std
+    while outside.any():
+        tensor[outside] = tensor.new_empty(int(outside.sum())).normal_(0.0, std)
+        outside = tensor.abs() > bound * std
+    return tensor

@@ -1,0 +1,73 @@
+"""From pixels to tokens in PyTorch: the patch embedding and position-embedding resizing."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import nn
+
+from .. import checks
+
+
+class PatchEmbed(nn.Module):
+    """Conv2d(kernel = stride = P) then flatten to tokens in raster order.
+
+    (B, C, H, W) -> (B, N, E), N = (H/P)·(W/P).  Same as flatten + Linear on non-overlapping
+    patches (``vit_scratch.numpy_nn.patch_embed.patch_embed``), but one fused kernel.
+    """
+
+    def __init__(self, img_size=224, patch_size: int = 16, in_chans: int = 3,
+                 embed_dim: int = 768):
+        super().__init__()
+        self.img_size = checks.to_2tuple(img_size, "img_size")
+        self.patch_size = patch_size
+        self.in_chans = in_chans
+        self.grid_size = checks.grid_size(self.img_size, patch_size)
+        self.num_patches = self.grid_size[0] * self.grid_size[1]
+        self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        checks.check_images(x.shape, self.in_chans, self.img_size, self.patch_size)
+        return self.proj(x).flatten(2).transpose(1, 2)  # (B, E, gh, gw) -> (B, N, E)
+
+
+def resize_pos_embed(pos_embed, new_grid, old_grid=None, num_prefix_tokens: int = 1,
+                     mode: str = "bicubic", antialias: bool = True):
+    """Resize a learned position embedding to another patch grid, e.g. 14×14 -> 24×24 for a
+    224-trained ViT run at 384.
+
+    pos_embed: (1, prefix + gh·gw, C), a tensor or an ndarray (returned as the same type);
+    new_grid / old_grid: (rows, cols) of patches, old_grid defaults to a square grid.
+    The ``num_prefix_tokens`` leading entries (the class token's) are kept as they are; the grid
+    entries are viewed as a C-channel image and interpolated (bicubic with antialiasing, in
+    float32).  Use the same function for a model's ``img_size`` change and in
+    ``vit_scratch.load_checkpoint``.
+    """
+    as_numpy = isinstance(pos_embed, np.ndarray)
+    pe = torch.from_numpy(pos_embed) if as_numpy else pos_embed
+    if pe.ndim != 3 or pe.shape[0] != 1:
+        raise ValueError(f"pos_embed must have shape (1, tokens, C), got {tuple(pe.shape)}")
+    n = pe.shape[1] - num_prefix_tokens
+    if old_grid is None:
+        side = math.isqrt(max(n, 0))
+        if side * side != n:
+            raise ValueError(
+                f"pos_embed has {n} grid entries after {num_prefix_tokens} prefix token(s), "
+                f"which is not a square grid; pass old_grid=(rows, cols)"
+            )
+        old_grid = (side, side)
+    old_grid = checks.to_2tuple(old_grid, "old_grid")
+    new_grid = checks.to_2tuple(new_grid, "new_grid")
+    if old_grid[0] * old_grid[1] != n:
+        raise ValueError(f"old_grid {old_grid} does not hold the {n} grid entries of pos_embed")
+    if old_grid != new_grid:
+        prefix, grid = pe[:, :num_prefix_tokens], pe[:, num_prefix_tokens:]
+        grid = rearrange(grid.float(), "1 (h w) c -> 1 c h w", h=old_grid[0], w=old_grid[1])
+        grid = F.interpolate(grid, size=new_grid, mode=mode, antialias=antialias,
+                             align_corners=False)
+        grid = rearrange(grid, "1 c h w -> 1 (h w) c").to(pe.dtype)
+        pe = torch.cat([prefix, grid], dim=1)
+    return pe.numpy() if as_numpy else pe

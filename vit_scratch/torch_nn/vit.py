@@ -1,0 +1,121 @@
+"""The Vision Transformer in PyTorch (Dosovitskiy et al. 2020; DeiT has the same architecture).
+
+    tokens = [cls; patch_embed(images)] + pos_embed            # (B, 1 + N, C)
+    for each block:  x = x + attn(norm1(x));  x = x + mlp(norm2(x))
+    logits = head(norm(x)[:, 0])                               # (B, num_classes)
+
+Parameter names follow timm (``blocks.3.attn.qkv.weight``), so timm's state_dict loads strictly.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..config import ViTConfig, check_fields
+from .attention import Attention
+from .layers import LAYER_NORM_EPS, DropPath, Mlp, trunc_normal_
+from .patch_embed import PatchEmbed, resize_pos_embed
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block.   (B, N, C) -> (B, N, C)"""
+
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0, qkv_bias: bool = True,
+                 drop: float = 0.0, attn_drop: float = 0.0, drop_path: float = 0.0):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
+        self.attn = Attention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
+                              proj_drop=drop)
+        self.drop_path1 = DropPath(drop_path)
+        self.norm2 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), drop=drop)
+        self.drop_path2 = DropPath(drop_path)
+
+    def forward(self, x: torch.Tensor, return_attention: bool = False):
+        h = self.attn(self.norm1(x), return_attention=return_attention)
+        if return_attention:
+            h, attn = h
+        x = x + self.drop_path1(h)
+        x = x + self.drop_path2(self.mlp(self.norm2(x)))
+        return (x, attn) if return_attention else x
+
+
+class VisionTransformer(nn.Module):
+    """ViT / DeiT.  ``VisionTransformer(ViTConfig(...))`` or ``VisionTransformer(embed_dim=192, ...)``.
+
+    forward(images (B, C, H, W)) -> logits (B, num_classes)
+    forward_features -> final-normed tokens (B, 1 + N, C); get_attention_maps -> per-block
+    attention weights (B, heads, 1 + N, 1 + N).
+    """
+
+    num_prefix_tokens = 1  # the class token
+
+    def __init__(self, cfg: ViTConfig | None = None, **kwargs):
+        super().__init__()
+        cfg = ViTConfig(**check_fields(ViTConfig, kwargs)) if cfg is None else cfg.replace(**kwargs)
+        self.cfg = cfg
+        C = cfg.embed_dim
+        self.patch_embed = PatchEmbed(cfg.img_size, cfg.patch_size, cfg.in_chans, C)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, C))
+        self.pos_embed = nn.Parameter(torch.zeros(1, 1 + self.patch_embed.num_patches, C))
+        self.pos_drop = nn.Dropout(cfg.drop_rate)
+        drop_path = torch.linspace(0, cfg.drop_path_rate, cfg.depth).tolist()  # deeper, more
+        self.blocks = nn.Sequential(*[
+            Block(C, cfg.num_heads, cfg.mlp_ratio, cfg.qkv_bias, drop=cfg.drop_rate,
+                  attn_drop=cfg.attn_drop_rate, drop_path=drop_path[i])
+            for i in range(cfg.depth)
+        ])
+        self.norm = nn.LayerNorm(C, eps=LAYER_NORM_EPS)
+        self.head = nn.Linear(C, cfg.num_classes) if cfg.num_classes else nn.Identity()
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self):
+        """Initialisation for training from scratch (the ViT/DeiT recipe): normal with std 0.02,
+        truncated at ±2 std, for Linear weights and the position embedding; zero biases;
+        LayerNorm = identity; a class token near zero."""
+        trunc_normal_(self.pos_embed, std=0.02)
+        nn.init.normal_(self.cls_token, std=1e-6)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                trunc_normal_(m.weight, std=0.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) -> (B, 1 + N, C): patches, class token in front, positions added."""
+        x = self.patch_embed(images)  # (B, N, C)
+        cls = self.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, C)
+        return self.pos_drop(torch.cat([cls, x], dim=1) + self.pos_embed)
+
+    def forward_features(self, images: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.blocks(self.embed(images)))  # (B, 1 + N, C)
+
+    def forward_head(self, features: torch.Tensor) -> torch.Tensor:
+        return self.head(features[:, 0])  # class token -> (B, num_classes)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(images))
+
+    def get_attention_maps(self, images: torch.Tensor) -> list[torch.Tensor]:
+        """The attention weights of every block, (B, heads, 1 + N, 1 + N) each; row 0 is where
+        the class token looks.  Computed explicitly (the fused kernel never stores them)."""
+        x = self.embed(images)
+        maps = []
+        for blk in self.blocks:
+            x, attn = blk(x, return_attention=True)
+            maps.append(attn)
+        return maps
+
+    def adapt_state_dict(self, state_dict: dict) -> dict:
+        """Make a checkpoint fit this model: resize its position embedding to our patch grid."""
+        pe = state_dict.get("pos_embed")
+        if (pe is not None and pe.ndim == 3 and pe.shape != self.pos_embed.shape
+                and pe.shape[-1] == self.pos_embed.shape[-1]):
+            state_dict = dict(state_dict)
+            state_dict["pos_embed"] = resize_pos_embed(pe, self.patch_embed.grid_size,
+                                                       num_prefix_tokens=self.num_prefix_tokens)
+        return state_dict
