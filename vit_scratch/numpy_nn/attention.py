@@ -32,7 +32,7 @@ def attention_weights(q: np.ndarray, k: np.ndarray, mask: np.ndarray | None = No
     if mask.dtype == np.bool_:
         scores = np.where(mask, scores, -np.inf)
     else:
-        scores = scores + mask
+        scores = scores + mask.astype(scores.dtype, copy=False)
     empty = np.isneginf(scores).all(axis=-1, keepdims=True)  # (..., N_q, 1)
     weights = softmax(np.where(empty, 0.0, scores), axis=-1)
     return np.where(empty, 0.0, weights).astype(scores.dtype, copy=False)
