@@ -17,6 +17,7 @@ import argparse
 import math
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -94,12 +95,14 @@ def train(cfg: TrainConfig, log=print) -> dict:
     device = torch.device(cfg.device)
     x_test, y_test = x_test.to(device), y_test.to(device)
     model = build_model(cfg).to(device)
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "pos_embed" not in n
-             and "cls_token" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "pos_embed" not in n
-                                                               and "cls_token" not in n)]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
+    # weight decay on the weight matrices only: not on biases, norms, cls_token or pos_embed
+    decays = {n: p.ndim >= 2 and n not in ("cls_token", "pos_embed")
+              for n, p in model.named_parameters()}
+    params = dict(model.named_parameters())
+    optimizer = torch.optim.AdamW(
+        [{"params": [params[n] for n in params if decays[n]], "weight_decay": cfg.weight_decay},
+         {"params": [params[n] for n in params if not decays[n]], "weight_decay": 0.0}],
+        lr=cfg.lr)
     steps_per_epoch = math.ceil(len(y_train) / cfg.batch_size)
     total, warmup = cfg.epochs * steps_per_epoch, cfg.warmup_epochs * steps_per_epoch
     history, step, start = [], 0, time.perf_counter()
@@ -125,8 +128,6 @@ def train(cfg: TrainConfig, log=print) -> dict:
             f"test acc {acc:.4f}")
     seconds = time.perf_counter() - start
     if cfg.out:
-        from pathlib import Path
-
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
         save_checkpoint(model, cfg.out)
         log(f"saved {cfg.out}")
