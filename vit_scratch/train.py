@@ -96,13 +96,11 @@ def train(cfg: TrainConfig, log=print) -> dict:
     x_test, y_test = x_test.to(device), y_test.to(device)
     model = build_model(cfg).to(device)
     # weight decay on the weight matrices only: not on biases, norms, cls_token or pos_embed
-    decays = {n: p.ndim >= 2 and n not in ("cls_token", "pos_embed")
-              for n, p in model.named_parameters()}
-    params = dict(model.named_parameters())
-    optimizer = torch.optim.AdamW(
-        [{"params": [params[n] for n in params if decays[n]], "weight_decay": cfg.weight_decay},
-         {"params": [params[n] for n in params if not decays[n]], "weight_decay": 0.0}],
-        lr=cfg.lr)
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (decay if p.ndim >= 2 and name not in ("cls_token", "pos_embed") else no_decay).append(p)
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
     steps_per_epoch = math.ceil(len(y_train) / cfg.batch_size)
     total, warmup = cfg.epochs * steps_per_epoch, cfg.warmup_epochs * steps_per_epoch
     history, step, start = [], 0, time.perf_counter()
