@@ -7,6 +7,14 @@ import torch
 import vit_scratch
 
 
+def timm_names() -> list[str]:
+    """Our registered names that timm also has (the ``*_digits`` configs are ours alone)."""
+    import timm
+
+    known = set(timm.list_models())
+    return [n for n in vit_scratch.list_models() if n in known]
+
+
 def make_pair(name: str, seed: int = 0, **kwargs):
     """timm's model with every parameter randomized, and ours loaded from its state_dict
     with strict=True.  Both in eval mode."""

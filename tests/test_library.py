@@ -42,10 +42,26 @@ def test_numpy_room_does_not_import_torch():
     assert out.stdout.strip() == "False"
 
 
+def test_importing_the_package_and_the_numpy_room_leaves_torch_unimported():
+    """A NumPy-only user pays for neither torch nor timm: the registry, the configs and the
+    NumPy models import without them."""
+    code = ("import sys, numpy as np, vit_scratch, vit_scratch.numpy_nn; "
+            "from vit_scratch.specs.vit import vit_param_shapes; "
+            "cfg = vit_scratch.get_config('vit_tiny_patch16_224', img_size=32, depth=1); "
+            "params = {k: np.zeros(s, np.float32) for k, s in vit_param_shapes(cfg).items()}; "
+            "m = vit_scratch.create_numpy_model('vit_tiny_patch16_224', params, img_size=32, depth=1); "
+            "y = m(np.zeros((1, 3, 32, 32), np.float32)); "
+            "print(y.shape, 'torch' in sys.modules, 'timm' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "(1, 1000) False False"
+
+
 def test_list_models():
-    assert vit_scratch.list_models() == sorted([
-        "vit_tiny_patch16_224", "vit_small_patch16_224", "vit_base_patch16_224",
-        "deit_tiny_patch16_224", "deit_small_patch16_224"])
+    names = vit_scratch.list_models()
+    assert names == sorted(names)
+    assert {"vit_tiny_patch16_224", "vit_small_patch16_224", "vit_base_patch16_224",
+            "deit_tiny_patch16_224", "deit_small_patch16_224", "vit_digits"} <= set(names)
+    assert vit_scratch.list_models("deit_*") == ["deit_small_patch16_224", "deit_tiny_patch16_224"]
 
 
 def test_get_config_overrides():

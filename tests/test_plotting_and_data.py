@@ -22,9 +22,10 @@ def test_sample_image(size):
 
 def test_normalize():
     img = np.ones((2, 3, 4, 4), dtype=np.float32) * np.reshape(IMAGENET_MEAN, (3, 1, 1))
-    np.testing.assert_allclose(normalize(img), 0.0, atol=1e-7)
+    np.testing.assert_allclose(normalize(img, mean=IMAGENET_MEAN, std=IMAGENET_STD), 0.0, atol=1e-7)
     one_std = np.reshape(IMAGENET_MEAN, (3, 1, 1)) + np.reshape(IMAGENET_STD, (3, 1, 1))
-    np.testing.assert_allclose(normalize(np.broadcast_to(one_std, (3, 2, 2))), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(normalize(np.broadcast_to(one_std, (3, 2, 2)), "deit_tiny_patch16_224"),
+                               1.0, rtol=1e-6)
 
 
 def test_patch_mosaic_keeps_every_patch_in_place():
@@ -57,3 +58,32 @@ def test_upsample_and_figures_draw():
     assert image.get_clim() == (0.0, 1.0)
     assert len(axes[0].texts) == 9
     plt.close(fig)
+
+
+def test_normalize_has_no_silent_default():
+    img = np.zeros((3, 4, 4), dtype=np.float32)
+    with pytest.raises(ValueError, match="normalize needs the model's mean and std"):
+        normalize(img)
+    # vit_* weights expect [-1, 1] inputs, deit_* ImageNet's statistics: not the same numbers
+    assert normalize(img, "vit_tiny_patch16_224").min() == -1.0
+    assert normalize(img, "deit_tiny_patch16_224").min() < -2.0
+
+
+@pytest.mark.parametrize("name", ["vit_tiny_patch16_224", "deit_tiny_patch16_224"])
+def test_preprocess_equals_timm_eval_transform(name):
+    """Ours follows the model's pretrained_cfg exactly as timm's own evaluation transform does."""
+    timm = pytest.importorskip("timm")
+    from matplotlib import cbook
+    from PIL import Image
+    from timm.data import create_transform, resolve_data_config
+
+    import vit_scratch
+    from vit_scratch.data import preprocess
+
+    image = Image.open(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False)).convert("RGB")
+    model = vit_scratch.create_model(name)
+    oracle = timm.create_model(name)
+    expected = create_transform(**resolve_data_config(model=oracle))(image).numpy()
+    got = preprocess(image, model)
+    assert got.shape == expected.shape == (3, 224, 224)
+    np.testing.assert_allclose(got, expected, atol=1e-6)

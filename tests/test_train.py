@@ -38,8 +38,8 @@ def test_lr_schedule():
 
 def test_short_training_run_learns_and_saves(tmp_path):
     out = tmp_path / "digits.safetensors"
-    cfg = TrainConfig(embed_dim=32, depth=2, num_heads=2, epochs=4, warmup_epochs=1,
-                      lr=3e-3, device="cpu", out=str(out))
+    cfg = TrainConfig(model="vit_digits", model_kwargs=dict(embed_dim=32, depth=2, num_heads=2),
+                      epochs=4, warmup_epochs=1, lr=3e-3, device="cpu", out=str(out))
     logs = []
     result = train(cfg, log=logs.append)
     losses = [h["loss"] for h in result["history"]]
@@ -55,7 +55,27 @@ def test_short_training_run_learns_and_saves(tmp_path):
 
 
 def test_command_line_parses_every_field(tmp_path, capsys):
-    main(["--epochs", "1", "--embed-dim", "16", "--depth", "1", "--num-heads", "2",
+    main(["--epochs", "1", "--model", "vit_digits", "--model-arg", "embed_dim=16",
+          "--model-arg", "depth=1", "--model-arg", "num_heads=2",
           "--warmup-epochs", "1", "--device", "cpu", "--out", str(tmp_path / "m.safetensors")])
     assert "test accuracy" in capsys.readouterr().out
     assert (tmp_path / "m.safetensors").exists()
+
+
+def test_weight_decay_groups_follow_the_model():
+    """The trainer knows no family: it decays >= 2-D weights except what the model names."""
+    from vit_scratch.train import param_groups
+
+    model = vit_scratch.create_model("vit_digits")
+    decay, no_decay = param_groups(model, 0.05)
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for p in decay["params"]}
+    assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0
+    assert {"cls_token", "pos_embed"} == model.no_weight_decay()
+    assert not decayed & model.no_weight_decay()
+    assert "patch_embed.proj.weight" in decayed and "blocks.0.attn.qkv.weight" in decayed
+    assert not any(n.endswith(".bias") or "norm" in n for n in decayed)
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+    model.no_weight_decay = lambda: {"cls_token", "pos_embed", "patch_embed.proj.weight"}
+    decay, _ = param_groups(model, 0.05)
+    assert "patch_embed.proj.weight" not in {names[id(p)] for p in decay["params"]}

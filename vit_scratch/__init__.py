@@ -9,20 +9,43 @@
 
 The rooms: ``vit_scratch.numpy_nn`` (functions on arrays) and ``vit_scratch.torch_nn``
 (``nn.Module``s with timm's parameter names).  timm is never imported here.
+
+``import vit_scratch`` does not import PyTorch: the NumPy room, the registry and the configs work
+without it, and the names that need it (``load_checkpoint``, ``resize_pos_embed``, ...) import it
+the first time they are used.
 """
+from __future__ import annotations
+
+import importlib
+
 from .config import ViTConfig
-from .models import create_model, create_numpy_model, get_config, list_models
-from .torch_nn.patch_embed import resize_pos_embed
-from .weights import (
-    CheckpointError,
-    load_checkpoint,
-    randomize_weights_,
-    read_state_dict,
-    save_checkpoint,
-    state_dict_to_numpy,
-)
+from .models import create_model, create_numpy_model, get_config, get_pretrained_cfg, list_models
 
 __version__ = "0.1.0"
+
+# name -> module that defines it; imported on first use (these need PyTorch)
+_LAZY = {
+    "CheckpointError": "weights",
+    "load_checkpoint": "weights",
+    "randomize_weights_": "weights",
+    "read_state_dict": "weights",
+    "save_checkpoint": "weights",
+    "state_dict_to_numpy": "weights",
+    "resize_pos_embed": "torch_nn.patch_embed",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value  # later lookups skip __getattr__
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "CheckpointError",
@@ -30,6 +53,7 @@ __all__ = [
     "create_model",
     "create_numpy_model",
     "get_config",
+    "get_pretrained_cfg",
     "list_models",
     "load_checkpoint",
     "randomize_weights_",

@@ -1,16 +1,39 @@
-"""Offline data: pictures that ship with matplotlib, and the ImageNet normalisation.
+"""Offline data: pictures that ship with matplotlib, and preprocessing that follows the model.
 
 Nothing here downloads anything.  ``sample_image()`` is Grace Hopper's portrait from
 matplotlib's bundled sample data, center-cropped and resized to the size a ViT expects.
+
+Normalisation has no default on purpose: each checkpoint expects the mean and std it was trained
+with, and they differ (timm's ``vit_*`` weights: mean = std = 0.5; ``deit_*``, ``cait_*``,
+``coat_*``: ImageNet's).  ``normalize(images, model)`` and ``preprocess(image, model)`` read
+them from the model's ``pretrained_cfg``.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from . import checks
+from .specs.base import IMAGENET_DEFAULT_MEAN as IMAGENET_MEAN  # noqa: F401  (DeiT/CaiT/CoaT)
+from .specs.base import IMAGENET_DEFAULT_STD as IMAGENET_STD  # noqa: F401
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)  # what timm's ViT/DeiT checkpoints were trained with
-IMAGENET_STD = (0.229, 0.224, 0.225)
+
+def resolve_pretrained_cfg(config) -> dict:
+    """A model, a registered name or a ``pretrained_cfg`` dict -> the ``pretrained_cfg`` dict."""
+    if isinstance(config, dict):
+        return config
+    if isinstance(config, str):
+        from .registry import get_pretrained_cfg
+
+        return get_pretrained_cfg(config)
+    cfg = getattr(config, "pretrained_cfg", None)
+    if isinstance(cfg, dict) and cfg:
+        return cfg
+    raise ValueError(
+        f"expected a model (with a pretrained_cfg), a model name or a pretrained_cfg dict, got "
+        f"{type(config).__name__}; build models with vit_scratch.create_model to get one"
+    )
 
 
 def sample_image(size=224, name: str = "grace_hopper.jpg") -> np.ndarray:
@@ -31,12 +54,68 @@ def sample_image(size=224, name: str = "grace_hopper.jpg") -> np.ndarray:
     return np.asarray(img, dtype=np.float32).transpose(2, 0, 1) / 255.0  # (3, H, W)
 
 
-def normalize(images: np.ndarray, mean=IMAGENET_MEAN, std=IMAGENET_STD) -> np.ndarray:
-    """(x - mean) / std per channel, for (C, H, W) or (B, C, H, W) arrays."""
+def normalize(images: np.ndarray, config=None, *, mean=None, std=None) -> np.ndarray:
+    """(x - mean) / std per channel, for (C, H, W) or (B, C, H, W) arrays in [0, 1].
+
+    The mean and std are the model's: pass the model, its registered name or its
+    ``pretrained_cfg`` as ``config`` (``normalize(img, model)``), or give ``mean=`` and ``std=``.
+    There is no default: timm's ``vit_*`` weights expect mean = std = 0.5, ``deit_*`` ImageNet's
+    (0.485, 0.456, 0.406) / (0.229, 0.224, 0.225), and the wrong pair costs accuracy silently.
+    """
+    if config is not None:
+        if mean is not None or std is not None:
+            raise ValueError("pass either config or mean= and std=, not both")
+        cfg = resolve_pretrained_cfg(config)
+        mean, std = cfg["mean"], cfg["std"]
+    elif mean is None or std is None:
+        raise ValueError(
+            "normalize needs the model's mean and std: normalize(images, model) or "
+            "normalize(images, mean=..., std=...) (vit_* weights use 0.5/0.5, deit_* ImageNet's)"
+        )
     images = np.asarray(images, dtype=np.float32)
     shape = (-1, 1, 1)
-    return (images - np.reshape(mean, shape).astype(np.float32)) / np.reshape(std, shape).astype(
-        np.float32)
+    mean = np.reshape(np.asarray(mean, dtype=np.float32), shape)
+    std = np.reshape(np.asarray(std, dtype=np.float32), shape)
+    chans = images.shape[-3] if images.ndim >= 3 else None
+    if chans is not None and mean.shape[0] not in (1, chans):
+        raise ValueError(f"images have {chans} channels but mean has {mean.shape[0]} entries")
+    return (images - mean) / std
+
+
+def preprocess(image, config) -> np.ndarray:
+    """timm's evaluation transform, in NumPy/PIL: resize the shorter side to
+    ``input_size / crop_pct`` (``interpolation``), center-crop ``input_size``, scale to [0, 1],
+    normalise with the model's mean and std.
+
+    image: a PIL image, or an (H, W, C) / (H, W) uint8 array.  config: a model, a registered
+    name or a ``pretrained_cfg``.  Returns float32 (C, H, W), ready to stack into a batch.
+    """
+    from PIL import Image
+
+    cfg = resolve_pretrained_cfg(config)
+    chans, height, width = cfg["input_size"]
+    if not isinstance(image, Image.Image):
+        array = np.asarray(image)
+        if array.dtype != np.uint8:
+            raise ValueError(f"preprocess takes a PIL image or a uint8 (H, W[, C]) array, got "
+                             f"dtype {array.dtype}; for floats in [0, 1] use normalize")
+        image = Image.fromarray(array)
+    image = image.convert("L" if chans == 1 else "RGB")
+    crop_pct = cfg.get("crop_pct", 1.0)
+    w, h = image.size
+    if height == width:  # shorter side to floor(size / crop_pct), aspect ratio kept (torchvision)
+        short = math.floor(height / crop_pct)
+        new = (short, int(short * h / w)) if w <= h else (int(short * w / h), short)
+    else:
+        new = (math.floor(width / crop_pct), math.floor(height / crop_pct))
+    resample = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR,
+                "nearest": Image.NEAREST}[cfg.get("interpolation", "bicubic")]
+    image = image.resize(new, resample)
+    left, top = int(round((new[0] - width) / 2.0)), int(round((new[1] - height) / 2.0))
+    image = image.crop((left, top, left + width, top + height))
+    array = np.asarray(image, dtype=np.float32) / 255.0
+    array = array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
+    return normalize(array, cfg)
 
 
 def load_digits(test_fraction: float = 0.2, seed: int = 0):

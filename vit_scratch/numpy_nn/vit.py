@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import checks
-from ..config import ViTConfig, vit_param_shapes
+from .. import checks, interface
+from ..specs.vit import ViTConfig, vit_param_shapes
 from .attention import multi_head_attention
+from .base import ModelBase
 from .layers import layer_norm, linear, mlp, sub_params
 from .patch_embed import add_class_token, patch_embed
 
@@ -32,21 +33,21 @@ def block(x: np.ndarray, p: dict, num_heads: int, return_attention: bool = False
     return (x, attn) if return_attention else x
 
 
-class ViT:
-    """A ViT forward pass in NumPy.  ``ViT(cfg, params)(images) -> logits``.
+class VisionTransformer(ModelBase):
+    """A ViT forward pass in NumPy.  ``VisionTransformer(cfg, params)(images) -> logits``.
 
     params: ``{state_dict key: array}`` -- e.g. ``state_dict_to_numpy(torch_model.state_dict())``.
     Everything is computed in the params' floating dtype (float32 for a checkpoint, float64 for
-    the precision tests).
+    the precision tests).  The same class name and interface as ``torch_nn.vit.VisionTransformer``.
     """
 
-    def __init__(self, cfg: ViTConfig, params: dict, name: str = "ViT"):
-        params = {k: np.asarray(v) for k, v in params.items()}
-        checks.check_params(params, vit_param_shapes(cfg), f"params for {name}")
-        self.cfg = cfg
-        self.params = params
-        self.dtype = np.result_type(*params.values(), np.float32)
-        self.blocks = [sub_params(params, f"blocks.{i}.") for i in range(cfg.depth)]
+    param_shapes = staticmethod(vit_param_shapes)
+    num_prefix_tokens = 1
+
+    def __init__(self, cfg: ViTConfig, params: dict, name: str = "VisionTransformer"):
+        super().__init__(cfg, params, name)
+        self.num_features = self.embed_dim = cfg.embed_dim
+        self.blocks = [sub_params(self.params, f"blocks.{i}.") for i in range(cfg.depth)]
 
     def embed(self, images: np.ndarray) -> np.ndarray:
         """images (B, C, H, W) -> tokens (B, 1 + N, C) with class token and positions."""
@@ -57,26 +58,36 @@ class ViT:
                         p["patch_embed.proj.weight"], p["patch_embed.proj.bias"])  # (B, N, C)
         return add_class_token(x, p["cls_token"]) + p["pos_embed"]  # (B, 1 + N, C)
 
-    def forward_features(self, images: np.ndarray, return_attention: bool = False):
-        """-> final-normed tokens (B, 1 + N, C) [and the list of per-block attention maps]."""
-        x = self.embed(images)
-        maps = []
+    def _blocks(self, images: np.ndarray, keep_maps: bool = False):
+        """Run the blocks: -> (tokens before the final norm, per-block outputs, attention maps)."""
+        x, outputs, maps = self.embed(images), [], []
         for p in self.blocks:
             x, attn = block(x, p, self.cfg.num_heads, return_attention=True)
-            maps.append(attn)
-        x = layer_norm(x, self.params["norm.weight"], self.params["norm.bias"])
-        return (x, maps) if return_attention else x
+            outputs.append(x)
+            if keep_maps:
+                maps.append(attn)
+        return x, outputs, maps
 
-    def forward_head(self, features: np.ndarray) -> np.ndarray:
-        """(B, 1 + N, C) -> logits (B, num_classes), or the class token (B, C) without a head."""
-        cls = features[:, 0]
-        if not self.cfg.num_classes:
-            return cls
-        return linear(cls, self.params["head.weight"], self.params["head.bias"])
+    def forward_features(self, images: np.ndarray) -> np.ndarray:
+        """-> final-normed tokens (B, 1 + N, C)."""
+        x, _, _ = self._blocks(images)
+        return layer_norm(x, self.params["norm.weight"], self.params["norm.bias"])
 
-    def __call__(self, images: np.ndarray) -> np.ndarray:
-        return self.forward_head(self.forward_features(images))
+    def forward_intermediates(self, images: np.ndarray, indices=None, norm: bool = False,
+                              output_fmt: str = "NCHW", intermediates_only: bool = False):
+        """As ``torch_nn.vit.VisionTransformer.forward_intermediates``."""
+        take = interface.resolve_indices(indices, self.cfg.depth)
+        interface.check_output_fmt(output_fmt)
+        x, outputs, _ = self._blocks(images)
+        final_norm = lambda y: layer_norm(y, self.params["norm.weight"], self.params["norm.bias"])  # noqa: E731
+        maps = [interface.tokens_to_grid(final_norm(outputs[i]) if norm else outputs[i],
+                                         self.cfg.grid_size, self.num_prefix_tokens, output_fmt)
+                for i in take]
+        return maps if intermediates_only else (final_norm(x), maps)
 
     def get_attention_maps(self, images: np.ndarray) -> list[np.ndarray]:
         """One (B, heads, 1 + N, 1 + N) array per block; row 0 is the class token's attention."""
-        return self.forward_features(images, return_attention=True)[1]
+        return self._blocks(images, keep_maps=True)[2]
+
+
+ViT = VisionTransformer  # the name this class had before the families landed

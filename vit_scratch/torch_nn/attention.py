@@ -48,7 +48,20 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None, dropout_p: floa
     return out, attn
 
 
-class Attention(nn.Module):
+class RecordsAttention:
+    """Mixin for attention modules.  While ``record_attention`` is True (switched on for one
+    forward pass by a model's ``get_attention_maps``), ``forward`` computes the weights
+    explicitly and keeps the last ones in ``recorded``."""
+
+    record_attention: bool = False
+    recorded: torch.Tensor | None = None
+
+    def keep(self, weights: torch.Tensor) -> None:
+        if self.record_attention:
+            self.recorded = weights
+
+
+class Attention(RecordsAttention, nn.Module):
     """Multi-head self-attention with a fused qkv projection.   (B, N, C) -> (B, N, C)
 
     ``forward(x, return_attention=True)`` returns ``(out, attn)`` with attn (B, heads, N, N).
@@ -73,10 +86,12 @@ class Attention(nn.Module):
         # (B, N, 3C) -> 3 × (B, h, N, d); rows of qkv are [q; k; v], each head-major
         q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         dropout_p = self.attn_drop.p if self.training else 0.0
+        explicit = return_attention or self.record_attention
         out = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=dropout_p,
-                                           return_attention=return_attention)
-        if return_attention:
+                                           return_attention=explicit)
+        if explicit:
             out, attn = out
+            self.keep(attn)
         out = out.transpose(1, 2).reshape(B, N, C)  # merge heads: (B, h, N, d) -> (B, N, C)
         out = self.proj_drop(self.proj(out))
         return (out, attn) if return_attention else out

@@ -11,10 +11,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..config import ViTConfig, check_fields
+from .. import interface
+from ..specs.base import check_fields
+from ..specs.vit import ViTConfig
 from .attention import Attention
+from .base import ModelBase
 from .layers import LAYER_NORM_EPS, DropPath, Mlp, trunc_normal_
-from .patch_embed import PatchEmbed, resize_pos_embed
+from .patch_embed import PatchEmbed
 
 
 class Block(nn.Module):
@@ -40,21 +43,23 @@ class Block(nn.Module):
         return (x, attn) if return_attention else x
 
 
-class VisionTransformer(nn.Module):
+class VisionTransformer(ModelBase):
     """ViT / DeiT.  ``VisionTransformer(ViTConfig(...))`` or ``VisionTransformer(embed_dim=192, ...)``.
 
     forward(images (B, C, H, W)) -> logits (B, num_classes)
-    forward_features -> final-normed tokens (B, 1 + N, C); get_attention_maps -> per-block
-    attention weights (B, heads, 1 + N, 1 + N).
+    forward_features -> final-normed tokens (B, 1 + N, C)
+    get_attention_maps -> per block, the full weights (B, heads, 1 + N, 1 + N); row 0 is where
+    the class token looks.  The rest of the interface: ``vit_scratch.interface``.
     """
 
     num_prefix_tokens = 1  # the class token
+    pos_embed_prefix_tokens = 1  # ... which has a position embedding of its own
 
     def __init__(self, cfg: ViTConfig | None = None, **kwargs):
-        super().__init__()
         cfg = ViTConfig(**check_fields(ViTConfig, kwargs)) if cfg is None else cfg.replace(**kwargs)
-        self.cfg = cfg
+        super().__init__(cfg)
         C = cfg.embed_dim
+        self.num_features = self.embed_dim = C
         self.patch_embed = PatchEmbed(cfg.img_size, cfg.patch_size, cfg.in_chans, C)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, C))
         self.pos_embed = nn.Parameter(torch.zeros(1, 1 + self.patch_embed.num_patches, C))
@@ -67,6 +72,8 @@ class VisionTransformer(nn.Module):
         ])
         self.norm = nn.LayerNorm(C, eps=LAYER_NORM_EPS)
         self.head = nn.Linear(C, cfg.num_classes) if cfg.num_classes else nn.Identity()
+        self.feature_info = [dict(num_chs=C, reduction=cfg.patch_size, module=f"blocks.{i}")
+                             for i in range(cfg.depth)]
         self.reset_parameters()
 
     @torch.no_grad()
@@ -94,28 +101,21 @@ class VisionTransformer(nn.Module):
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
         return self.norm(self.blocks(self.embed(images)))  # (B, 1 + N, C)
 
-    def forward_head(self, features: torch.Tensor) -> torch.Tensor:
-        return self.head(features[:, 0])  # class token -> (B, num_classes)
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(images))
-
-    def get_attention_maps(self, images: torch.Tensor) -> list[torch.Tensor]:
-        """The attention weights of every block, (B, heads, 1 + N, 1 + N) each; row 0 is where
-        the class token looks.  Computed explicitly (the fused kernel never stores them)."""
-        x = self.embed(images)
-        maps = []
-        for blk in self.blocks:
-            x, attn = blk(x, return_attention=True)
-            maps.append(attn)
-        return maps
-
-    def adapt_state_dict(self, state_dict: dict) -> dict:
-        """Make a checkpoint fit this model: resize its position embedding to our patch grid."""
-        pe = state_dict.get("pos_embed")
-        if (pe is not None and pe.ndim == 3 and pe.shape != self.pos_embed.shape
-                and pe.shape[-1] == self.pos_embed.shape[-1]):
-            state_dict = dict(state_dict)
-            state_dict["pos_embed"] = resize_pos_embed(pe, self.patch_embed.grid_size,
-                                                       num_prefix_tokens=self.num_prefix_tokens)
-        return state_dict
+    def forward_intermediates(self, images: torch.Tensor, indices=None, norm: bool = False,
+                              output_fmt: str = "NCHW", intermediates_only: bool = False):
+        """The outputs of the blocks in ``indices`` (None: all; n: the last n; a list), the
+        class token dropped, as (B, C, gh, gw) maps (``output_fmt="NLC"``: (B, N, C) tokens),
+        each passed through the final norm if ``norm``.  Returns ``(final features, maps)``, or
+        only the maps with ``intermediates_only`` (then the blocks after the last index are skipped).
+        """
+        take = interface.resolve_indices(indices, len(self.blocks))
+        interface.check_output_fmt(output_fmt)
+        x, maps = self.embed(images), []
+        last = take[-1] if intermediates_only else len(self.blocks) - 1
+        for i, blk in enumerate(self.blocks[:last + 1]):
+            x = blk(x)
+            if i in take:
+                y = self.norm(x) if norm else x
+                maps.append(interface.tokens_to_grid(y, self.patch_embed.grid_size,
+                                                     self.num_prefix_tokens, output_fmt))
+        return maps if intermediates_only else (self.norm(x), maps)

@@ -1,0 +1,171 @@
+"""Every registered name answers one model interface (timm's), in both rooms.
+
+The interface is defined once (``vit_scratch.interface``, ``torch_nn/base.py``,
+``numpy_nn/base.py``); these tests run it over ``list_models()``, so a new family is covered the
+moment it registers its names.  Where timm has the same name, timm is the oracle: the same
+``pretrained_cfg`` numbers, the same ``no_weight_decay`` set, the same intermediate features.
+"""
+import numpy as np
+import pytest
+import torch
+
+import vit_scratch
+from helpers import make_pair, max_abs_diff, timm_names
+from vit_scratch import interface
+
+NAMES = vit_scratch.list_models()
+TIMM_NAMES = timm_names()
+SMALL = 64  # every family accepts 64×64 inputs (a multiple of 16 and of 32)
+
+
+def _small_kwargs(name):
+    cfg = vit_scratch.get_config(name)
+    return {} if cfg.img_size == (8, 8) else dict(img_size=SMALL)
+
+
+def _images(model, batch=2, seed=0):
+    c, h, w = model.pretrained_cfg["input_size"]
+    return torch.randn(batch, c, h, w, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def pair(request):
+    """A small PyTorch model with random weights and the NumPy model with the same weights."""
+    name = request.param
+    model = vit_scratch.create_model(name, **_small_kwargs(name)).eval()
+    vit_scratch.randomize_weights_(model, seed=0)
+    np_model = vit_scratch.create_numpy_model(
+        name, vit_scratch.state_dict_to_numpy(model.state_dict()), **_small_kwargs(name))
+    return name, model, np_model
+
+
+def test_attributes(pair):
+    name, model, np_model = pair
+    for m in (model, np_model):
+        for attr in interface.ATTRIBUTES:
+            assert hasattr(m, attr), f"{name}: {type(m).__name__} lacks {attr}"
+        assert m.num_classes == m.cfg.num_classes
+        assert m.num_features == np_model.num_features and m.embed_dim == np_model.embed_dim
+        assert m.pretrained_cfg["input_size"] == (m.cfg.in_chans, *m.cfg.img_size)
+        assert len(m.pretrained_cfg["mean"]) == len(m.pretrained_cfg["std"]) == m.cfg.in_chans
+        assert m.pretrained_cfg["architecture"] == name
+    for method in interface.TORCH_METHODS:
+        assert callable(getattr(model, method, None)), f"{name}: no {method}"
+    for method in interface.METHODS:
+        assert callable(getattr(np_model, method, None)), f"{name}: NumPy model has no {method}"
+    assert type(model).__name__ == type(np_model).__name__  # one class name in both rooms
+    assert model.default_cfg is model.pretrained_cfg
+
+
+def test_forward_head_and_pre_logits(pair):
+    name, model, np_model = pair
+    x = _images(model)
+    with torch.no_grad():
+        feats = model.forward_features(x)
+        pooled = model.forward_head(feats, pre_logits=True)
+        logits = model(x)
+    assert pooled.shape == (2, model.num_features)
+    assert logits.shape == (2, model.num_classes)
+    assert max_abs_diff(model.get_classifier()(pooled), logits) < 1e-6
+    np_feats = np_model.forward_features(x.numpy())
+    assert max_abs_diff(np_model.forward_head(np_feats, pre_logits=True), pooled) < 1e-4
+    assert max_abs_diff(np_model(x.numpy()), logits) < 1e-4
+
+
+def test_reset_classifier(pair):
+    name, model, _ = pair
+    model = vit_scratch.create_model(name, **_small_kwargs(name)).eval()
+    x = _images(model)
+    model.reset_classifier(5)
+    assert model.num_classes == 5 and model.cfg.num_classes == 5
+    assert model.pretrained_cfg["num_classes"] == 5
+    assert model.get_classifier().out_features == 5
+    with torch.no_grad():
+        assert model(x).shape == (2, 5)
+    model.reset_classifier(0)
+    with torch.no_grad():
+        assert model(x).shape == (2, model.num_features)
+    with pytest.raises(ValueError, match="num_classes must be an int >= 0, got -1"):
+        model.reset_classifier(-1)
+
+
+def test_no_weight_decay_names_real_parameters(pair):
+    name, model, _ = pair
+    skip = model.no_weight_decay()
+    params = dict(model.named_parameters())
+    assert skip and skip <= set(params), skip - set(params)
+    assert all("token" in k or "pos_embed" in k for k in skip)
+
+
+def test_intermediates_both_rooms(pair):
+    name, model, np_model = pair
+    x = _images(model)
+    with torch.no_grad():
+        final, maps = model.forward_intermediates(x)
+        last_two = model.get_intermediate_layers(x, n=2, reshape=True)
+        tokens = model.forward_intermediates(x, indices=[0, -1], output_fmt="NLC",
+                                             intermediates_only=True)
+        assert max_abs_diff(final, model.forward_features(x)) < 1e-6
+    assert len(maps) == len(model.feature_info)
+    for m, info in zip(maps, model.feature_info):
+        assert m.shape[:2] == (2, info["num_chs"])
+        assert m.shape[2] == model.cfg.img_size[0] // info["reduction"]
+    assert len(last_two) == 2 and max_abs_diff(last_two[-1], maps[-1]) < 1e-6
+    assert tokens[0].ndim == 3 and tokens[0].shape[-1] == maps[0].shape[1]
+    np_final, np_maps = np_model.forward_intermediates(x.numpy())
+    assert max_abs_diff(np_final, final) < 1e-4
+    for a, b in zip(np_maps, maps):
+        assert max_abs_diff(a, b) < 1e-4
+    with pytest.raises(ValueError, match="indices"):
+        model.forward_intermediates(x, indices=len(maps) + 1)
+    with pytest.raises(ValueError, match="output_fmt"):
+        model.forward_intermediates(x, output_fmt="NHWC")
+
+
+def test_attention_maps_and_grids_both_rooms(pair):
+    name, model, np_model = pair
+    x = _images(model)
+    with torch.no_grad():
+        maps = model.get_attention_maps(x)
+        grids = model.get_attention_grids(x)
+    np_maps = np_model.get_attention_maps(x.numpy())
+    np_grids = np_model.get_attention_grids(x.numpy())
+    assert len(maps) == len(grids) == len(np_maps) == len(np_grids) > 0
+    for a, b in zip(maps, np_maps):
+        assert max_abs_diff(a, b) < 1e-4
+    for g, g_np in zip(grids, np_grids):
+        assert g.ndim == 4 and g.shape[0] == 2 and torch.isfinite(g).all()
+        assert max_abs_diff(g, g_np) < 1e-4
+    # recording is switched off again: the normal forward is untouched
+    assert all(not m.record_attention and m.recorded is None for m in model.attention_modules())
+
+
+@pytest.mark.parametrize("name", TIMM_NAMES)
+def test_pretrained_cfg_matches_timm(name):
+    import timm
+
+    ours = vit_scratch.get_pretrained_cfg(name)
+    theirs = timm.create_model(name, pretrained=False).pretrained_cfg
+    for key in ("input_size", "mean", "std", "crop_pct", "interpolation", "num_classes"):
+        assert tuple(np.atleast_1d(ours[key])) == tuple(np.atleast_1d(theirs[key])), key
+
+
+@pytest.mark.parametrize("name", TIMM_NAMES)
+def test_interface_matches_timm(name):
+    """Same weights, same answers: no_weight_decay, pre-logits, intermediate feature maps."""
+    oracle, ours = make_pair(name, seed=3, img_size=SMALL)
+    assert ours.no_weight_decay() == oracle.no_weight_decay() & set(dict(ours.named_parameters()))
+    assert ours.num_features == oracle.num_features
+    x = torch.randn(2, 3, SMALL, SMALL, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert max_abs_diff(ours.forward_head(ours.forward_features(x), pre_logits=True),
+                            oracle.forward_head(oracle.forward_features(x), pre_logits=True)) < 1e-5
+        for kwargs in (dict(), dict(indices=2, norm=True), dict(indices=[0], output_fmt="NLC")):
+            if kwargs.get("output_fmt") == "NLC" and not name.startswith(("vit_", "deit_")):
+                continue  # timm offers NLC for ViT only
+            final, maps = ours.forward_intermediates(x, **kwargs)
+            final_t, maps_t = oracle.forward_intermediates(x, **kwargs)
+            assert max_abs_diff(final, final_t) < 1e-5
+            assert len(maps) == len(maps_t)
+            for a, b in zip(maps, maps_t):
+                assert max_abs_diff(a, b) < 1e-5

@@ -1,0 +1,86 @@
+"""The model interface every family answers, in both rooms (timm's names).
+
+Attributes
+    cfg               the family's config dataclass
+    num_classes       0 means no head: ``forward`` returns the pooled features
+    num_features      channels of the pooled features that feed the head
+    embed_dim         channels of the tokens (the last stage's for multi-stage models)
+    num_prefix_tokens tokens before the patch tokens in ``forward_features`` (class tokens)
+    pretrained_cfg    what the weights expect: ``input_size``, ``mean``, ``std``, ``crop_pct``, ...
+
+Methods
+    forward_features(images)            the final-normed tokens (family shape, documented there)
+    forward_head(features, pre_logits)  pool (and classify unless ``pre_logits``)
+    __call__ / forward(images)          logits (B, num_classes)
+    forward_intermediates(images, indices=None, norm=False, output_fmt="NCHW",
+                          intermediates_only=False)
+                                        per-block (ViT, CaiT) or per-scale (CoaT) feature maps
+    get_intermediate_layers(images, n=1, reshape=False, norm=False)   (timm's older API)
+    get_attention_maps(images)          raw attention, one entry per attention layer (shape per family)
+    get_attention_grids(images)         one (B, heads, gh, gw) map per attention layer: where
+                                        the readout looks, on the patch grid, ready to draw
+PyTorch room only
+    get_classifier(), reset_classifier(num_classes), no_weight_decay(), adapt_state_dict(sd)
+
+This module holds the pieces both rooms share; it imports neither NumPy nor PyTorch
+(einops works on arrays and tensors alike).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from einops import rearrange
+
+ATTRIBUTES = ("cfg", "num_classes", "num_features", "embed_dim", "num_prefix_tokens",
+              "pretrained_cfg")
+METHODS = ("forward_features", "forward_head", "forward_intermediates",
+           "get_intermediate_layers", "get_attention_maps", "get_attention_grids")
+TORCH_METHODS = METHODS + ("get_classifier", "reset_classifier", "no_weight_decay",
+                           "adapt_state_dict")
+OUTPUT_FORMATS = ("NCHW", "NLC")
+
+
+def resolve_indices(indices, count: int, what: str = "blocks") -> list[int]:
+    """Which of ``count`` layers to return, as sorted non-negative indices (timm's convention).
+
+    ``None`` -> all; an int n -> the last n; a sequence -> those indices (negative ones count
+    from the end).  Anything out of range is a ``ValueError`` naming the value."""
+    if indices is None:
+        return list(range(count))
+    if isinstance(indices, int) and not isinstance(indices, bool):
+        if not 0 < indices <= count:
+            raise ValueError(f"indices={indices} asks for the last {indices} of {count} {what}; "
+                             f"expected 1..{count}")
+        return list(range(count - indices, count))
+    if isinstance(indices, Sequence) and not isinstance(indices, str):
+        out = []
+        for i in indices:
+            if isinstance(i, bool) or not isinstance(i, int) or not -count <= i < count:
+                raise ValueError(f"indices contains {i!r}, but there are {count} {what} "
+                                 f"(valid: {-count}..{count - 1})")
+            out.append(i % count)
+        return sorted(set(out))
+    raise ValueError(f"indices must be None, an int or a list of ints, got {indices!r}")
+
+
+def check_output_fmt(output_fmt: str) -> str:
+    if output_fmt not in OUTPUT_FORMATS:
+        raise ValueError(f"output_fmt must be one of {OUTPUT_FORMATS}, got {output_fmt!r}")
+    return output_fmt
+
+
+def tokens_to_grid(tokens, grid: tuple[int, int], num_prefix_tokens: int = 0,
+                   output_fmt: str = "NCHW"):
+    """(B, prefix + gh·gw, C) tokens -> (B, C, gh, gw) feature map (or (B, gh·gw, C) for NLC);
+    the prefix tokens are dropped.  Works on arrays and tensors."""
+    x = tokens[:, num_prefix_tokens:]
+    if check_output_fmt(output_fmt) == "NLC":
+        return x
+    return rearrange(x, "b (gh gw) c -> b c gh gw", gh=grid[0], gw=grid[1])
+
+
+def readout_grid(weights, grid: tuple[int, int], num_prefix_tokens: int):
+    """Attention weights (B, heads, N_q, prefix + gh·gw) -> row 0 (the class token's query) on
+    the patch grid, (B, heads, gh, gw).  Works on arrays and tensors."""
+    return rearrange(weights[:, :, 0, num_prefix_tokens:], "b h (gh gw) -> b h gh gw",
+                     gh=grid[0], gw=grid[1])

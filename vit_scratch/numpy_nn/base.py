@@ -1,0 +1,65 @@
+"""The interface every NumPy model of the library answers, written once.
+
+A family's NumPy model subclasses :class:`ModelBase`, sets ``param_shapes`` (its spec's
+``{key: shape}`` table) and provides ``forward_features``, ``forward_intermediates`` and
+``get_attention_maps``.  Attribute and method names are those of the PyTorch room
+(``vit_scratch.interface``); the NumPy room is inference only, so it has no classifier reset
+and no weight-decay list.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import checks, interface
+from .layers import linear
+
+
+class ModelBase:
+    """A forward pass in NumPy, driven by ``params``: ``{state_dict key: array}``.
+
+    Everything is computed in the params' floating dtype (float32 for a checkpoint, float64 for
+    the precision tests)."""
+
+    param_shapes = None  # cfg -> {key: shape}: the family spec's table
+    num_prefix_tokens = 1
+
+    def __init__(self, cfg, params: dict, name: str | None = None):
+        name = name or type(self).__name__
+        params = {k: np.asarray(v) for k, v in params.items()}
+        checks.check_params(params, type(self).param_shapes(cfg), f"params for {name}")
+        self.cfg = cfg
+        self.name = name
+        self.params = params
+        self.dtype = np.result_type(*params.values(), np.float32)
+        self.num_classes = cfg.num_classes
+        self.pretrained_cfg: dict = {}  # set by vit_scratch.create_numpy_model
+
+    def pool(self, features: np.ndarray) -> np.ndarray:
+        """forward_features' output -> (B, num_features): the class token."""
+        return features[:, 0]
+
+    def forward_head(self, features: np.ndarray, pre_logits: bool = False) -> np.ndarray:
+        """Pool, then classify: (B, num_classes), or (B, num_features) with ``pre_logits`` or
+        without a head."""
+        x = self.pool(features)
+        if pre_logits or not self.num_classes:
+            return x
+        return linear(x, self.params["head.weight"], self.params["head.bias"])
+
+    def __call__(self, images: np.ndarray) -> np.ndarray:
+        return self.forward_head(self.forward_features(images))
+
+    forward = __call__
+
+    def get_intermediate_layers(self, images, n=1, reshape: bool = False, norm: bool = False):
+        return tuple(self.forward_intermediates(images, indices=n, norm=norm,
+                                                output_fmt="NCHW" if reshape else "NLC",
+                                                intermediates_only=True))
+
+    def attention_grid(self, weights: np.ndarray) -> np.ndarray:
+        """One layer's weights -> (B, heads, gh, gw): where the class token looks."""
+        return interface.readout_grid(weights, self.cfg.grid_size, self.num_prefix_tokens)
+
+    def get_attention_grids(self, images: np.ndarray) -> list[np.ndarray]:
+        """Per attention layer, (B, heads, gh, gw) on the patch grid, ready to draw."""
+        return [self.attention_grid(w) for w in self.get_attention_maps(images)]

@@ -1,0 +1,114 @@
+"""What every model family's spec is made of.  Torch-free and NumPy-free.
+
+A *family* (ViT, CaiT, CoaT, ...) is three files:
+
+    vit_scratch/specs/<family>.py       config dataclass, {key: shape} table, registered names
+    vit_scratch/numpy_nn/<family>.py    the NumPy model class
+    vit_scratch/torch_nn/<family>.py    the PyTorch model class, with the same class name
+
+The spec module builds one :class:`Family` and registers its names with
+``@register_model(FAMILY, pretrained_cfg=...)`` (``vit_scratch.registry``), in the style of timm.
+The factory finds spec modules on its own, so adding a family edits neither ``models.py`` nor
+``train.py`` nor ``weights.py``.
+
+Every family's config is a frozen dataclass that has at least the fields ``img_size``,
+``in_chans`` and ``num_classes`` (the trainer sets those from the data) and mixes in
+:class:`ConfigMixin` for ``replace``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+# Normalisation constants of the reference checkpoints (timm's names for them).
+IMAGENET_DEFAULT_MEAN = (0.485, 0.456, 0.406)  # DeiT, CaiT, CoaT
+IMAGENET_DEFAULT_STD = (0.229, 0.224, 0.225)
+IMAGENET_INCEPTION_MEAN = (0.5, 0.5, 0.5)  # Google's ViT (augreg) checkpoints
+IMAGENET_INCEPTION_STD = (0.5, 0.5, 0.5)
+
+#: The fields a config must have so the factory and the trainer can treat every family alike.
+COMMON_FIELDS = ("img_size", "in_chans", "num_classes")
+
+
+def check_fields(cls, kwargs: dict) -> dict:
+    """``kwargs`` if every key is a field of the dataclass ``cls``; else a ``TypeError``
+    listing the fields it knows."""
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in kwargs if k not in known]
+    if unknown:
+        raise TypeError(
+            f"unknown argument(s) {', '.join(map(repr, unknown))} for {cls.__name__}; "
+            f"known: {', '.join(known)}"
+        )
+    return kwargs
+
+
+class ConfigMixin:
+    """``replace(**changes)`` for a frozen config dataclass; unknown names are a ``TypeError``."""
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **check_fields(type(self), changes))
+
+
+def num_params(shapes: dict[str, tuple[int, ...]]) -> int:
+    """Total number of parameters of a ``{key: shape}`` table (e.g. ``vit_param_shapes(cfg)``).
+
+    Keys that name one shared tensor (CoaT) count once per key here; a family whose table has
+    such aliases says so in its ``shared_keys``."""
+    return sum(math.prod(shape) for shape in shapes.values())
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family.
+
+    module:        the file name used in both rooms (``vit`` -> ``numpy_nn/vit.py``, ``torch_nn/vit.py``)
+    model_class:   the class name, the same in both rooms (``VisionTransformer``)
+    config_cls:    the frozen config dataclass
+    param_shapes:  cfg -> ``{state_dict key: shape}``, in the order PyTorch lists the keys
+    pretrained_cfg: defaults for every name of the family (mean, std, crop_pct, interpolation)
+    shared_keys:   cfg -> groups of keys that are one tensor (modules registered twice)
+    paper:         title, authors and link, for the docs
+    """
+
+    module: str
+    model_class: str
+    config_cls: type
+    param_shapes: Callable
+    pretrained_cfg: dict = field(default_factory=dict)
+    shared_keys: Callable | None = None
+    paper: str = ""
+
+    def torch_class(self):
+        """The PyTorch model class (imports torch: only called when a model is built)."""
+        return getattr(importlib.import_module(f"vit_scratch.torch_nn.{self.module}"),
+                       self.model_class)
+
+    def numpy_class(self):
+        """The NumPy model class (never imports torch)."""
+        return getattr(importlib.import_module(f"vit_scratch.numpy_nn.{self.module}"),
+                       self.model_class)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A registered name: its family, its default config and its preprocessing."""
+
+    name: str
+    family: Family
+    default_config: Callable  # () -> config
+    pretrained_cfg: dict
+    doc: str = ""
+
+    def config(self, **kwargs):
+        return self.default_config().replace(**check_fields(self.family.config_cls, kwargs))
+
+    def pretrained_cfg_for(self, cfg) -> dict:
+        """The name's pretrained_cfg, with ``input_size`` and ``num_classes`` those of ``cfg``
+        (a fixed-size model accepts exactly that input)."""
+        h, w = cfg.img_size if isinstance(cfg.img_size, tuple) else (cfg.img_size,) * 2
+        return {**self.pretrained_cfg, "architecture": self.name,
+                "input_size": (cfg.in_chans, h, w), "num_classes": cfg.num_classes}

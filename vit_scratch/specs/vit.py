@@ -1,0 +1,175 @@
+"""The ViT family's spec: config, state_dict table and registered names.  Torch-free.
+
+Papers:
+  An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale -- Dosovitskiy et al.,
+  ICLR 2021, https://arxiv.org/abs/2010.11929
+  Training data-efficient image transformers & distillation through attention (DeiT) --
+  Touvron et al., ICML 2021, https://arxiv.org/abs/2012.12877 (same architecture)
+
+Rooms: ``vit_scratch.numpy_nn.vit.VisionTransformer`` and ``vit_scratch.torch_nn.vit.VisionTransformer``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import checks
+from ..registry import register_model
+from .base import (
+    IMAGENET_DEFAULT_MEAN,
+    IMAGENET_DEFAULT_STD,
+    IMAGENET_INCEPTION_MEAN,
+    IMAGENET_INCEPTION_STD,
+    ConfigMixin,
+    Family,
+)
+
+
+@dataclass(frozen=True)
+class ViTConfig(ConfigMixin):
+    """Every number that fixes a ViT's architecture; both rooms read it."""
+
+    img_size: int | tuple[int, int] = 224  # (H, W) the position embedding is built for
+    patch_size: int = 16
+    in_chans: int = 3
+    num_classes: int = 1000  # 0 -> no head, the model returns the class-token features
+    embed_dim: int = 768
+    depth: int = 12
+    num_heads: int = 12
+    mlp_ratio: float = 4.0
+    qkv_bias: bool = True
+    # Regularisation for training (identity in eval; the NumPy room is inference only).
+    drop_rate: float = 0.0  # dropout on embeddings, attention output and MLP
+    attn_drop_rate: float = 0.0  # dropout on attention weights
+    drop_path_rate: float = 0.0  # stochastic depth, linearly increasing over blocks
+
+    def __post_init__(self):
+        checks.check_positive(self.patch_size, "patch_size")
+        checks.grid_size(self.img_size, self.patch_size)  # the error shows img_size as given
+        size = checks.to_2tuple(self.img_size, "img_size")
+        object.__setattr__(self, "img_size", size)
+        checks.check_positive(self.in_chans, "in_chans")
+        checks.check_positive(self.depth, "depth")
+        if not isinstance(self.num_classes, int) or self.num_classes < 0:
+            raise ValueError(f"num_classes must be an int >= 0, got {self.num_classes!r}")
+        if self.mlp_ratio <= 0:
+            raise ValueError(f"mlp_ratio must be positive, got {self.mlp_ratio!r}")
+        for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+        checks.head_dim(self.embed_dim, self.num_heads)
+
+    @property
+    def grid_size(self) -> tuple[int, int]:
+        return checks.grid_size(self.img_size, self.patch_size)
+
+    @property
+    def num_patches(self) -> int:
+        gh, gw = self.grid_size
+        return gh * gw
+
+    @property
+    def head_dim(self) -> int:
+        return self.embed_dim // self.num_heads
+
+    @property
+    def mlp_hidden(self) -> int:
+        return int(self.embed_dim * self.mlp_ratio)
+
+
+def vit_param_shapes(cfg: ViTConfig) -> dict[str, tuple[int, ...]]:
+    """The ``state_dict`` of a ViT as ``{key: shape}``, in the order PyTorch lists it."""
+    C, H, p = cfg.embed_dim, cfg.mlp_hidden, cfg.patch_size
+    shapes = {
+        "cls_token": (1, 1, C),
+        "pos_embed": (1, 1 + cfg.num_patches, C),
+        "patch_embed.proj.weight": (C, cfg.in_chans, p, p),
+        "patch_embed.proj.bias": (C,),
+    }
+    for i in range(cfg.depth):
+        shapes.update({f"blocks.{i}.{k}": v for k, v in block_param_shapes(C, H, cfg.qkv_bias).items()})
+    shapes["norm.weight"] = (C,)
+    shapes["norm.bias"] = (C,)
+    shapes.update(head_param_shapes(C, cfg.num_classes))
+    return shapes
+
+
+def block_param_shapes(C: int, hidden: int, qkv_bias: bool = True) -> dict[str, tuple[int, ...]]:
+    """One pre-norm block (``norm1``, ``attn.qkv``, ``attn.proj``, ``norm2``, ``mlp``)."""
+    return {
+        "norm1.weight": (C,),
+        "norm1.bias": (C,),
+        "attn.qkv.weight": (3 * C, C),
+        **({"attn.qkv.bias": (3 * C,)} if qkv_bias else {}),
+        "attn.proj.weight": (C, C),
+        "attn.proj.bias": (C,),
+        "norm2.weight": (C,),
+        "norm2.bias": (C,),
+        **mlp_param_shapes(C, hidden),
+    }
+
+
+def mlp_param_shapes(C: int, hidden: int, prefix: str = "mlp.") -> dict[str, tuple[int, ...]]:
+    return {f"{prefix}fc1.weight": (hidden, C), f"{prefix}fc1.bias": (hidden,),
+            f"{prefix}fc2.weight": (C, hidden), f"{prefix}fc2.bias": (C,)}
+
+
+def head_param_shapes(C: int, num_classes: int) -> dict[str, tuple[int, ...]]:
+    return {"head.weight": (num_classes, C), "head.bias": (num_classes,)} if num_classes else {}
+
+
+FAMILY = Family(
+    module="vit",
+    model_class="VisionTransformer",
+    config_cls=ViTConfig,
+    param_shapes=vit_param_shapes,
+    pretrained_cfg=dict(input_size=(3, 224, 224), mean=IMAGENET_INCEPTION_MEAN,
+                        std=IMAGENET_INCEPTION_STD, crop_pct=0.9, interpolation="bicubic"),
+    paper="Dosovitskiy et al., An Image is Worth 16x16 Words, https://arxiv.org/abs/2010.11929",
+)
+
+# Google's ViT checkpoints (augreg) were trained on inputs scaled to [-1, 1]: mean = std = 0.5.
+# DeiT's were trained with ImageNet's mean and std.  Using the wrong pair costs accuracy silently.
+_DEIT = dict(mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD)
+
+
+@register_model(FAMILY)
+def vit_tiny_patch16_224() -> ViTConfig:
+    """ViT-Ti/16 at 224²: 192 channels, 12 blocks, 3 heads (5.7 M parameters)."""
+    return ViTConfig(patch_size=16, embed_dim=192, depth=12, num_heads=3)
+
+
+@register_model(FAMILY)
+def vit_small_patch16_224() -> ViTConfig:
+    """ViT-S/16 at 224²: 384 channels, 12 blocks, 6 heads (22 M parameters)."""
+    return ViTConfig(patch_size=16, embed_dim=384, depth=12, num_heads=6)
+
+
+@register_model(FAMILY)
+def vit_base_patch16_224() -> ViTConfig:
+    """ViT-B/16 at 224²: 768 channels, 12 blocks, 12 heads (86.6 M parameters)."""
+    return ViTConfig(patch_size=16, embed_dim=768, depth=12, num_heads=12)
+
+
+@register_model(FAMILY, pretrained_cfg=_DEIT)
+def deit_tiny_patch16_224() -> ViTConfig:
+    """DeiT-Ti: the ViT-Ti/16 architecture, ImageNet normalisation."""
+    return ViTConfig(patch_size=16, embed_dim=192, depth=12, num_heads=3)
+
+
+@register_model(FAMILY, pretrained_cfg=_DEIT)
+def deit_small_patch16_224() -> ViTConfig:
+    """DeiT-S: the ViT-S/16 architecture, ImageNet normalisation."""
+    return ViTConfig(patch_size=16, embed_dim=384, depth=12, num_heads=6)
+
+
+# Small configurations for the offline data (scikit-learn's 8×8 digits, values in [0, 1]).
+DIGITS_CFG = dict(input_size=(1, 8, 8), mean=(0.0,), std=(1.0,), crop_pct=1.0,
+                  interpolation="bilinear")
+
+
+@register_model(FAMILY, pretrained_cfg=DIGITS_CFG)
+def vit_digits() -> ViTConfig:
+    """A small ViT for 8×8 digits: 2×2 patches (a 4×4 grid), 64 channels, 4 blocks, 4 heads."""
+    return ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=64, depth=4,
+                     num_heads=4, mlp_ratio=2.0, drop_path_rate=0.1)

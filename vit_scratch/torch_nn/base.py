@@ -1,0 +1,141 @@
+"""The interface every PyTorch model of the library answers (timm's), written once.
+
+A family's model subclasses :class:`ModelBase` and provides ``forward_features`` and
+``forward_intermediates``; it inherits the rest (see ``vit_scratch.interface``):
+
+    get_classifier(), reset_classifier(n), forward_head(x, pre_logits=False), forward(x),
+    no_weight_decay(), get_intermediate_layers(...), get_attention_maps(x),
+    get_attention_grids(x), adapt_state_dict(state_dict)
+
+Attention maps: attention modules mix in ``RecordsAttention``.  ``get_attention_maps`` switches
+recording on for one forward pass (they then compute their weights explicitly and keep them)
+and off again, so the normal forward keeps its fused kernels and nothing threads a flag through
+the blocks' signatures.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from .. import interface
+from .attention import RecordsAttention
+from .layers import trunc_normal_
+from .patch_embed import resize_pos_embed
+
+
+@contextmanager
+def recording_attention(modules):
+    """Switch attention recording on for ``modules`` inside the ``with`` block, then off."""
+    for m in modules:
+        m.record_attention, m.recorded = True, None
+    try:
+        yield modules
+    finally:
+        for m in modules:
+            m.record_attention = False
+
+
+class ModelBase(nn.Module):
+    """What every model of the library answers; see ``vit_scratch.interface``."""
+
+    num_prefix_tokens = 1  # class token(s) in front of the patch tokens of forward_features
+    pos_embed_prefix_tokens = 1  # pos_embed entries before the patch grid (CaiT: 0)
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.num_classes = cfg.num_classes
+        self.pretrained_cfg: dict = {}  # set by vit_scratch.create_model for a registered name
+
+    @property
+    def default_cfg(self) -> dict:  # timm's older name for pretrained_cfg
+        return self.pretrained_cfg
+
+    # --- the classifier ------------------------------------------------------------------------
+    def get_classifier(self) -> nn.Module:
+        return self.head
+
+    def reset_classifier(self, num_classes: int, global_pool=None) -> None:
+        """A new head with ``num_classes`` outputs (0: no head), e.g. for fine-tuning.
+        ``global_pool`` is accepted for timm compatibility; only token pooling is supported."""
+        if global_pool not in (None, "token"):
+            raise ValueError(f"global_pool must be None or 'token', got {global_pool!r}")
+        self.cfg = self.cfg.replace(num_classes=num_classes)  # validates num_classes
+        self.num_classes = num_classes
+        like = next(self.parameters())
+        if num_classes:
+            head = nn.Linear(self.num_features, num_classes).to(like.device, like.dtype)
+            trunc_normal_(head.weight, std=0.02)
+            nn.init.zeros_(head.bias)
+        else:
+            head = nn.Identity()
+        self.head = head
+        if self.pretrained_cfg:
+            self.pretrained_cfg = {**self.pretrained_cfg, "num_classes": num_classes}
+
+    def pool(self, features: torch.Tensor) -> torch.Tensor:
+        """forward_features' output -> (B, num_features): the class token."""
+        return features[:, 0]
+
+    def forward_head(self, features: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        x = self.pool(features)
+        return x if pre_logits else self.head(x)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(images))
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameters that skip weight decay beyond biases and norms: the model's own tokens
+        and position embeddings (its direct parameters, not those of its layers)."""
+        return {name for name, _ in self.named_parameters(recurse=False)}
+
+    # --- features for dense tasks -------------------------------------------------------------
+    def forward_intermediates(self, images, indices=None, norm: bool = False,
+                              output_fmt: str = "NCHW", intermediates_only: bool = False):
+        raise NotImplementedError
+
+    def get_intermediate_layers(self, images, n=1, reshape: bool = False, norm: bool = False):
+        """timm's older API: the outputs of the last ``n`` blocks (or of blocks ``n`` if a
+        list), (B, N, C) tokens without the class token, or (B, C, gh, gw) with ``reshape``."""
+        return tuple(self.forward_intermediates(images, indices=n, norm=norm,
+                                                output_fmt="NCHW" if reshape else "NLC",
+                                                intermediates_only=True))
+
+    # --- attention maps -----------------------------------------------------------------------
+    def attention_modules(self) -> list[nn.Module]:
+        """The attention layers whose weights ``get_attention_maps`` returns, in forward order."""
+        return [m for m in self.modules() if isinstance(m, RecordsAttention)]
+
+    def get_attention_maps(self, images: torch.Tensor) -> list[torch.Tensor]:
+        """One tensor of attention weights per attention layer (the family documents the shape).
+        Computed explicitly for this call only; the normal forward stays fused."""
+        modules = self.attention_modules()
+        with recording_attention(modules):
+            self.forward_features(images)
+            maps = [m.recorded for m in modules]
+        for m in modules:
+            m.recorded = None
+        return maps
+
+    def attention_grid(self, weights: torch.Tensor) -> torch.Tensor:
+        """One layer's weights -> (B, heads, gh, gw): where the class token looks."""
+        return interface.readout_grid(weights, self.patch_embed.grid_size, self.num_prefix_tokens)
+
+    def get_attention_grids(self, images: torch.Tensor) -> list[torch.Tensor]:
+        """Per attention layer, (B, heads, gh, gw) on the patch grid, ready to draw over the input."""
+        return [self.attention_grid(w) for w in self.get_attention_maps(images)]
+
+    # --- checkpoints --------------------------------------------------------------------------
+    def adapt_state_dict(self, state_dict: dict) -> dict:
+        """Make a checkpoint fit this model: resize a position embedding trained on another
+        patch grid to ours (``vit_scratch.load_checkpoint`` calls this)."""
+        own = getattr(self, "pos_embed", None)
+        pe = state_dict.get("pos_embed")
+        if (isinstance(own, torch.Tensor) and pe is not None and pe.ndim == 3
+                and pe.shape != own.shape and pe.shape[-1] == own.shape[-1]):
+            state_dict = dict(state_dict)
+            state_dict["pos_embed"] = resize_pos_embed(
+                pe, self.patch_embed.grid_size, num_prefix_tokens=self.pos_embed_prefix_tokens)
+        return state_dict
