@@ -1,8 +1,9 @@
-"""Benchmark: our ViT against timm's on the same weights, and the NumPy room against PyTorch.
+"""Benchmark: any registered model against timm's on the same weights, and the NumPy room against PyTorch.
 
-    python benchmarks/bench_vit.py                      # vit_tiny, batch 8, 224², CPU
-    python benchmarks/bench_vit.py --model vit_small_patch16_224 --repeats 20
-    python benchmarks/bench_vit.py --device cuda --dtype bf16 --compile   # on a GPU machine
+    python benchmarks/bench_models.py                      # vit_tiny, batch 8, 224², CPU
+    python benchmarks/bench_models.py --model cait_xxs24_224 --img-size 224
+    python benchmarks/bench_models.py --model vit_small_patch16_224 --repeats 20
+    python benchmarks/bench_models.py --device cuda --dtype bf16 --compile   # on a GPU machine
 
 What it measures (a script, never a test -- timings are noisy and machine-specific):
   1. forward + backward time, ours vs timm, same weights, runs alternating between the two so
