@@ -87,3 +87,26 @@ def test_preprocess_equals_timm_eval_transform(name):
     got = preprocess(image, model)
     assert got.shape == expected.shape == (3, 224, 224)
     np.testing.assert_allclose(got, expected, atol=1e-6)
+
+
+def test_digits_on_canvas_places_each_digit_in_its_box():
+    from vit_scratch.data import digits_on_canvas, load_digits
+
+    x_tr, y_tr, b_tr, x_te, y_te, b_te = digits_on_canvas(canvas_size=24, scale=2, noise=0.1)
+    digits_tr, labels_tr, _, labels_te = load_digits()
+    assert x_tr.shape == (len(labels_tr), 1, 24, 24) and x_tr.dtype == np.float32
+    np.testing.assert_array_equal(y_tr, labels_tr)
+    np.testing.assert_array_equal(y_te, labels_te)
+    assert (b_tr[:, 2:] == 16).all() and b_tr[:, :2].min() >= 0 and b_tr[:, :2].max() <= 8
+    assert len(np.unique(b_tr[:, :2], axis=0)) > 50  # the places vary
+    for i in (0, 7, 300):
+        top, left, h, w = b_tr[i]
+        window = x_tr[i, 0, top:top + h, left:left + w]
+        big = np.kron(digits_tr[i, 0], np.ones((2, 2), dtype=np.float32))
+        np.testing.assert_array_equal(window, np.maximum(window, big))  # the digit is on top
+        np.testing.assert_allclose(window[big > 0.1], big[big > 0.1])
+        outside = x_tr[i, 0].copy()
+        outside[top:top + h, left:left + w] = 0
+        assert outside.max() <= 0.1  # only noise outside the box
+    with pytest.raises(ValueError, match="canvas_size 12 is smaller than the digit"):
+        digits_on_canvas(canvas_size=12, scale=2)
