@@ -1,1 +1,6 @@
-"""Exercises for the notebooks.  Edit the ``exNN_*.py`` files; check with ``pytest exercises``."""
+"""Exercises for the notebooks.
+
+Learners: edit ``exercises/exNN_<topic>.py`` where it says ``TODO Exercise N.M``, then check with
+``python -m exercises.check NN`` (or ``pytest exercises``). Instructors: ``python -m exercises.release``
+writes the student copy, ``python -m exercises.grade`` grades with the hidden tests (README.md).
+"""

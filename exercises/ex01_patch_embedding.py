@@ -1,47 +1,87 @@
 """Exercises for notebook 01 -- patch embedding.
 
-Replace each ``raise NotImplementedError`` with your code.  NumPy only (einops is allowed
-where it says so); no Python loops over patches, tokens or pixels.
-Check your work:  pytest exercises/test_ex01_patch_embedding.py
+Write your code where it says ``TODO Exercise N.M`` (replace the ``raise NotImplementedError``).
+Rules: NumPy only, and no Python loops over patches, tokens or pixels -- the grader runs your
+function at two sizes and counts the Python steps your own code takes (vectorized code takes
+the same number at both sizes).
+
+Check your work:   python -m exercises.check 01
 """
 import numpy as np
 
 
 def patchify_reshape(images: np.ndarray, patch_size: int) -> np.ndarray:
-    """Exercise 1.1 -- patchify with ``reshape`` and ``transpose`` only (no einops).
+    """Exercise 1.1 (try first) -- cut images into patches with ``reshape`` and ``transpose`` only.
 
-    images: (B, C, H, W) with H and W multiples of patch_size.
-    Returns (B, N, C·P·P), N = (H/P)·(W/P), patches in raster order (row by row), each patch
-    flattened channel first, then row, then column -- the order of a Conv2d weight (E, C, P, P),
-    so that ``patchify_reshape(x, P) @ conv.weight.reshape(E, -1).T + bias`` equals the conv.
-    Raise ``ValueError`` if H or W is not divisible by patch_size.
+    Notebook 01, section 1 ("Cut a real picture into patches") does this with one einops
+    pattern. Try it here first, without einops.
+
+    images:     (B, C, H, W), H and W multiples of patch_size (H != W is allowed)
+    patch_size: P
+    returns:    (B, N, C·P·P) with N = (H/P)·(W/P) in the input's dtype. The patches come in
+                raster order (left to right, then top to bottom), and each one is flattened
+                channel first, then row, then column. That is the order of a Conv2d weight
+                (E, C, P, P), so ``patchify_reshape(x, P) @ conv.weight.reshape(E, -1).T + bias``
+                equals the convolution.
+    Raises ValueError (naming H or W and P) when H or W is not a multiple of P.
+
+    Hints: ``images.reshape(B, C, H // P, P, W // P, P)`` splits each spatial axis into
+    (which patch, where inside the patch). Move the two patch-grid axes to the front with
+    ``transpose``, then merge axes with one last ``reshape``.
+    Not allowed: einops, torch, loops over patches/rows/columns.
     """
+    # TODO Exercise 1.1: your code here (replace the line below)
     raise NotImplementedError("Exercise 1.1: patchify_reshape")
 
 
-def unpatchify(patches: np.ndarray, patch_size: int, img_size: int) -> np.ndarray:
-    """Exercise 1.2 -- the inverse of patchify: (B, N, C·P·P) -> (B, C, H, W).
+def unpatchify(patches: np.ndarray, patch_size: int, img_size) -> np.ndarray:
+    """Exercise 1.2 -- the inverse of patchify, for rectangular images too.
 
-    ``img_size`` is the side of the square image (H = W = img_size).
-    ``unpatchify(patchify_reshape(x, P), P, H)`` must give back ``x`` exactly.  einops allowed.
+    The notebook's ``unpatchify`` takes square images and uses einops. This one takes
+    ``img_size`` as an int (square) or a pair (H, W), and uses ``reshape``/``transpose`` only.
+
+    patches:  (B, N, C·P·P), flattened as in Exercise 1.1 (raster order, (c, row, col) inside)
+    img_size: H (square image) or (H, W)
+    returns:  (B, C, H, W), so that ``unpatchify(patchify_reshape(x, P), P, (H, W))`` is ``x``
+              exactly (bit for bit).
+    Raises ValueError when H or W is not a multiple of P, when N is not (H/P)·(W/P), or when
+    the patch length is not a multiple of P·P (so C cannot be found).
+
+    Hint: undo 1.1's three steps in reverse order. Which axes did the transpose move?
+    Not allowed: einops, torch, loops.
     """
+    # TODO Exercise 1.2: your code here (replace the line below)
     raise NotImplementedError("Exercise 1.2: unpatchify")
 
 
-def conv_weight_to_seed_linear(weight: np.ndarray) -> np.ndarray:
-    """Exercise 1.3 -- seed 003 flattens each patch as (row, column, channel):
-    ``Rearrange('b c (h s1) (w s2) -> b (h w) (s1 s2 c)')`` followed by ``nn.Linear``.
+def conv_weight_to_hwc_linear(weight: np.ndarray) -> np.ndarray:
+    """Exercise 1.3 -- load a conv checkpoint into a Linear that reads (row, col, channel) patches.
 
-    Given a Conv2d weight (E, C, P, P), return the Linear weight (E, P·P·C) that makes the seed's
-    flatten + Linear compute exactly what the Conv2d computes.
+    Notebook 01, section 2 ("The ordering trap") shows a patch embedding written as
+    ``Rearrange('b c (h s1) (w s2) -> b (h w) (s1 s2 c)')`` followed by ``nn.Linear``: each
+    patch is flattened row, then column, then channel (channel last, "HWC"). Every ViT
+    checkpoint stores the projection as a Conv2d weight of shape (E, C, P, P).
+
+    weight:  (E, C, P, P), a Conv2d weight (kernel = stride = P)
+    returns: (E, P·P·C), the Linear weight W such that ``hwc_patches @ W.T + bias`` equals
+             the convolution for every input
+    Hint: the Linear's input index runs over (s1, s2, c), and so must the weight's second axis.
     """
-    raise NotImplementedError("Exercise 1.3: conv_weight_to_seed_linear")
+    # TODO Exercise 1.3: your code here (replace the line below)
+    raise NotImplementedError("Exercise 1.3: conv_weight_to_hwc_linear")
 
 
 def pos_embed_similarity(pos_embed: np.ndarray, num_prefix_tokens: int = 1) -> np.ndarray:
-    """Exercise 1.4 -- cosine similarity between the position embeddings of all patches.
+    """Exercise 1.4 (try first) -- cosine similarity between the position embeddings of all patches.
 
-    pos_embed: (1, num_prefix_tokens + N, C).  Skip the prefix (class token) entries.
-    Returns (N, N) with entry [i, j] = cos(pos_embed_i, pos_embed_j); the diagonal is 1.
+    Notebook 01, section 4 ("Looking at them: the cosine-similarity grid"). Try it before
+    reading the notebook's version.
+
+    pos_embed:         (1, num_prefix_tokens + N, C). The first entries belong to prefix
+                       tokens (the class token, a distillation token, ...) and are skipped.
+    returns:           (N, N), entry [i, j] = cos(pe_i, pe_j); the diagonal is 1
+    Hint: normalise every row to unit length, then one matrix product gives all the cosines.
+    Not allowed: loops over tokens.
     """
+    # TODO Exercise 1.4: your code here (replace the line below)
     raise NotImplementedError("Exercise 1.4: pos_embed_similarity")

@@ -1,46 +1,123 @@
 """Exercises for notebook 02 -- self-attention.
 
-Replace each ``raise NotImplementedError`` with your code.  NumPy only; no Python loops over
-tokens or heads.  Check your work:  pytest exercises/test_ex02_self_attention.py
+Write your code where it says ``TODO Exercise N.M`` (replace the ``raise NotImplementedError``).
+Rules: NumPy only (no torch, no scipy.special.softmax), and no Python loops over tokens or
+heads -- the grader runs your function at two sizes and counts the Python steps your own code
+takes (vectorized code takes the same number at both sizes).
+
+Check your work:   python -m exercises.check 02
 """
+import math
+
 import numpy as np
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Exercise 2.1 -- numerically stable softmax along ``axis``.
+    """Exercise 2.1 (try first) -- a numerically stable softmax along ``axis``.
 
-    Must return finite values for inputs like ``[1000., 1001., 1002.]`` and give weight 0 to
-    entries equal to ``-np.inf``.  Same shape as x.
+    Notebook 02, section 2 ("A stable softmax"). Try it before reading the notebook's version.
+
+    x:       any shape, float32 or float64
+    axis:    the axis that sums to 1 (any valid axis, negative ones included)
+    returns: same shape and dtype as x
+    Must stay finite for inputs like ``[1000., 1001., 1002.]``, and give weight exactly 0 to
+    entries equal to ``-np.inf``.
+    Hint: softmax(x) = softmax(x - c) for any c that is constant along ``axis``. Which c keeps
+    every exp() at most 1? ``keepdims=True`` keeps the shapes broadcastable.
     """
+    # TODO Exercise 2.1: your code here (replace the line below)
     raise NotImplementedError("Exercise 2.1: softmax")
 
 
 def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
                                  mask: np.ndarray = None) -> np.ndarray:
-    """Exercise 2.2 -- softmax(q kᵀ / √d) v, for any leading axes.
+    """Exercise 2.2 (try first) -- softmax(q kᵀ / √d) v for any leading axes.
 
-    q: (..., N_q, d), k: (..., N_k, d), v: (..., N_k, d_v)  ->  (..., N_q, d_v)
-    mask: optional boolean array broadcastable to (..., N_q, N_k); True means "may attend".
-    Scale before the softmax; mask before the softmax (seed 003 got both wrong).
+    Notebook 02, section 2 ("One head"). Try it before reading the notebook's version.
+
+    q:       (..., N_q, d)
+    k:       (..., N_k, d)
+    v:       (..., N_k, d_v)
+    mask:    optional boolean array broadcastable to (..., N_q, N_k); True = "may attend"
+    returns: (..., N_q, d_v), in the inputs' dtype
+    Scale the scores before the softmax, and mask them before the softmax. Rows of the
+    weights must sum to 1. Every query in the tests may attend to at least one key.
+    Hints: ``np.swapaxes(k, -1, -2)`` transposes the last two axes for any number of
+    leading ones. A masked score set to ``-np.inf`` gets weight exactly 0.
     """
+    # TODO Exercise 2.2: your code here (replace the line below)
     raise NotImplementedError("Exercise 2.2: scaled_dot_product_attention")
 
 
-def causal_mask(n: int) -> np.ndarray:
-    """Exercise 2.3 -- (n, n) boolean mask where token i may attend to tokens 0..i only."""
-    raise NotImplementedError("Exercise 2.3: causal_mask")
+def padding_mask(lengths, num_tokens: int) -> np.ndarray:
+    """Exercise 2.3 -- the attention mask of a padded batch.
+
+    Sequences of different lengths are batched by padding them to a common length N with
+    dummy tokens at the end. A real token must not attend to padding. The notebook mentions
+    padding masks (section 4) but builds only the causal one.
+
+    lengths:    (B,) ints, the number of real tokens of each sequence (1 <= length <= N)
+    num_tokens: N, the padded length
+    returns:    boolean array of shape (B, 1, 1, N): entry [b, 0, 0, j] is True when key j is a
+                real token of sequence b. It broadcasts against scores (B, h, N_q, N) -- every
+                query of every head gets the same key mask.
+    Raises ValueError (naming the length) when a length is < 1 or > num_tokens.
+
+    Why only keys? Padded *queries* produce outputs that nobody reads; padded *keys* would
+    leak into the real tokens' weighted averages. With this mask, the real tokens' outputs
+    equal those of the sequence run alone, unpadded.
+    Hint: compare ``np.arange(N)`` with the lengths, broadcasting (B, 1) against (N,).
+    Not allowed: loops over sequences or tokens.
+    """
+    # TODO Exercise 2.3: your code here (replace the line below)
+    raise NotImplementedError("Exercise 2.3: padding_mask")
 
 
 def split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:
-    """Exercise 2.4a -- (B, N, h·d) -> (B, h, N, d) with reshape/transpose (no einops).
+    """Exercise 2.4a -- (B, N, h·d) -> (B, h, N, d) with ``reshape``/``transpose`` (no einops).
 
-    Channels are head-major: head 0 owns channels 0 .. d-1, head 1 owns d .. 2d-1, ...
-    (einops: ``"b n (h d) -> b h n d"``).  Raise ``ValueError`` if the channels do not split
-    evenly into num_heads.
+    Notebook 02, section 3 does this with one einops string, ``"b n (h d) -> b h n d"``.
+    Write what einops does for you.
+
+    x:         (B, N, C) with C = h·d
+    num_heads: h
+    returns:   (B, h, N, d). Channels are head-major: head 0 owns channels 0 .. d-1, head 1
+               owns d .. 2d-1, and so on.
+    Raises ValueError (naming C and num_heads) when C is not a multiple of num_heads.
+    Hint: a reshape alone gives the right shape and the wrong numbers.
     """
+    # TODO Exercise 2.4a: your code here (replace the line below)
     raise NotImplementedError("Exercise 2.4a: split_heads")
 
 
 def merge_heads(x: np.ndarray) -> np.ndarray:
-    """Exercise 2.4b -- (B, h, N, d) -> (B, N, h·d), the inverse of split_heads."""
+    """Exercise 2.4b -- (B, h, N, d) -> (B, N, h·d), the inverse of ``split_heads``.
+
+    ``merge_heads(split_heads(x, h))`` must give back ``x`` exactly. No einops.
+    """
+    # TODO Exercise 2.4b: your code here (replace the line below)
     raise NotImplementedError("Exercise 2.4b: merge_heads")
+
+
+def attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, grad_out: np.ndarray):
+    """Exercise 2.5 -- the backward pass of softmax attention, by hand.
+
+    The notebook only runs attention forward. Here you derive the gradients that autograd
+    computes for you. With s = 1/√d:
+
+        S = s · q kᵀ    (..., N_q, N_k)      scores
+        P = softmax(S)  (along the last axis) weights
+        O = P v         (..., N_q, d_v)      output
+
+    q, k, v:  as in Exercise 2.2 (no mask), any leading axes
+    grad_out: dL/dO, same shape as O
+    returns:  (dq, dk, dv) = (dL/dq, dL/dk, dL/dv), shaped like q, k, v
+
+    Hints: dv and dP come from O = P v like any matrix product. For one row p = softmax(s):
+    ∂p_i/∂s_j = p_i (δ_ij − p_j). So dS = P ⊙ (dP − Σ_j dP_j P_j), where the sum runs over each
+    row. Then S = s · q kᵀ gives dq and dk; mind the scale and the transposes.
+    Not allowed: torch (autograd is what the grader checks you against), loops over tokens
+    or heads.
+    """
+    # TODO Exercise 2.5: your code here (replace the line below)
+    raise NotImplementedError("Exercise 2.5: attention_backward")

@@ -1,0 +1,87 @@
+"""Exercises for notebook 07 -- convolutional position encodings (CoaT).
+
+Write your code where it says ``TODO Exercise N.M`` (replace the ``raise NotImplementedError``).
+NumPy only (no torch, no scipy.signal / scipy.ndimage), nothing from ``vit_scratch``, and no
+Python loops over tokens, pixels, channels or heads -- the grader counts the Python steps your
+own code takes at two sizes. A loop over the k×k kernel offsets, or over CRPE's few window
+sizes, is fine.
+
+CoaT: Xu, Xu, Chang, Tu, "Co-Scale Conv-Attentional Image Transformers", ICCV 2021,
+https://arxiv.org/abs/2104.06399. Relative positions: Shaw, Uszkoreit, Vaswani,
+"Self-Attention with Relative Position Representations", NAACL 2018,
+https://arxiv.org/abs/1803.02155.
+
+Check your work:   python -m exercises.check 07
+"""
+import numpy as np
+
+
+def clipped_relative_indices(num_tokens: int, window: int) -> np.ndarray:
+    """Exercise 7.1 -- 1-D relative positions, clipped to a window.
+
+    A relative position encoding gives token i one learned vector per *offset* j - i to the
+    token j it looks at. With a window of M positions, offsets beyond ±(M // 2) are clipped to
+    the edge. Example (notebook 07): 6 tokens, M = 3, row i = 4 reads
+    [-1, -1, -1, -1, 0, 1]: tokens 0-3 lie at or beyond offset -1, token 5 at +1.
+
+    num_tokens: N >= 1
+    window:     M, odd and >= 1
+    returns:    (N, N) array of ints, entry [i, j] = clip(j - i, -(M // 2), M // 2)
+    Raises ValueError (naming the value) for an even or non-positive window, or N < 1.
+    Hint: ``np.arange(N)[None, :] - np.arange(N)[:, None]`` has every offset at once.
+    """
+    # TODO Exercise 7.1: your code here (replace the line below)
+    raise NotImplementedError("Exercise 7.1: clipped_relative_indices")
+
+
+def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray = None) -> np.ndarray:
+    """Exercise 7.2 -- a depthwise 2-D convolution in NumPy, vectorized.
+
+    Every channel is convolved with its own k_h × k_w filter, with zero padding k // 2 on each
+    side and stride 1, so the output has the input's size. This is exactly
+    ``F.conv2d(x, weight, bias, padding=(k_h // 2, k_w // 2), groups=C)``: PyTorch's
+    "convolution" is a cross-correlation (the kernel is not flipped).
+
+    x:       (B, C, H, W)
+    weight:  (C, 1, k_h, k_w), PyTorch's depthwise layout; k_h and k_w odd (the kernel may be
+             larger than the image)
+    bias:    (C,) or None
+    returns: (B, C, H, W), in x's dtype
+    Raises ValueError for even kernel sizes, or a weight whose shape is not (C, 1, k_h, k_w).
+
+    Hints: pad once with ``np.pad``; then either add up k_h·k_w shifted slices of the padded
+    input, or take all windows at once with ``np.lib.stride_tricks.sliding_window_view`` and
+    contract them with ``np.einsum``.
+    """
+    # TODO Exercise 7.2: your code here (replace the line below)
+    raise NotImplementedError("Exercise 7.2: depthwise_conv2d")
+
+
+def conv_rel_pos_enc(q: np.ndarray, v: np.ndarray, size, params: dict, window: dict) -> np.ndarray:
+    """Exercise 7.3 (try first) -- CoaT's convolutional relative position encoding (CRPE).
+
+    Notebook 07 builds it; try it first. The relative-position term of CoaT's attention is a
+    depthwise convolution of the values over the image grid, gated by the queries:
+
+        EV = q_img ⊙ depthwise_conv(v_img)      for the H·W image tokens
+        EV = 0                                  for the class token (a row of zeros)
+
+    The heads are split into groups, each with its own window: ``window = {3: 2, 5: 3, 7: 3}``
+    gives the first 2 heads 3×3 kernels, the next 3 heads 5×5, the last 3 heads 7×7 (in the
+    dict's order).
+
+    q, v:    (B, h, 1 + H·W, d): the class token first, then the image tokens in raster order
+    size:    (H, W), the token grid
+    params:  ``conv_list.{i}.weight`` of shape (heads_i·d, 1, k_i, k_i) and ``conv_list.{i}.bias``
+             (heads_i·d,), for the i-th entry (k_i: heads_i) of ``window`` (timm's names)
+    window:  {kernel size: number of heads}, the heads adding up to h
+    returns: (B, h, 1 + H·W, d), with EV[:, :, 0] = 0
+
+    Channels are head-major: the image tokens of v become a (B, h·d, H, W) image whose channel
+    h_i·d + c is channel c of head h_i, so group i owns a contiguous block of heads_i·d channels.
+    Raise ValueError when the heads of ``window`` do not add up to h, or when the number of
+    tokens is not 1 + H·W.
+    Use your ``depthwise_conv2d`` (Exercise 7.2).
+    """
+    # TODO Exercise 7.3: your code here (replace the line below)
+    raise NotImplementedError("Exercise 7.3: conv_rel_pos_enc")

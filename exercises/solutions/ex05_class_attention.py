@@ -1,0 +1,113 @@
+"""Exercises for notebook 05 -- class attention and talking heads (CaiT).
+
+Write your code where it says ``TODO Exercise N.M`` (replace the ``raise NotImplementedError``).
+Nothing from ``vit_scratch`` may be called here (the library's class attention is the answer).
+5.1 and 5.2 are NumPy only (no torch), with no Python loops over tokens or heads; the grader
+counts the Python steps your own code takes at two sizes.
+
+CaiT: Touvron, Cord, Sablayrolles, Synnaeve, Jégou, "Going deeper with Image Transformers",
+ICCV 2021, https://arxiv.org/abs/2103.17239. Talking-heads: Shazeer, Lan, Cheng, Ding, Hou,
+"Talking-Heads Attention", 2020, https://arxiv.org/abs/2003.02436.
+
+Check your work:   python -m exercises.check 05
+"""
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def class_attention(x: np.ndarray, params: dict, num_heads: int,
+                    cls_in_keys: bool = True) -> np.ndarray:
+    """Exercise 5.1 (try first) -- class attention: only the class token asks, everyone answers.
+
+    Notebook 05 derives it in NumPy; try it first. In CaiT's last blocks the class token is
+    the only query; keys and values come from the class token and the patches:
+
+        q = (x[:, 0] Wqᵀ + bq)            one query per image       (B, 1, C) -> (B, h, 1, d)
+        k = x Wkᵀ + bk,   v = x Wvᵀ + bv  all 1 + N tokens            (B, h, 1 + N, d)
+        out = proj(merge_heads(softmax(q kᵀ / √d) v))                 (B, 1, C)
+
+    x:         (B, 1 + N, C), the class token first, then the N patch tokens (already normed)
+    params:    ``q.weight``, ``k.weight``, ``v.weight``, ``proj.weight`` (C, C) and their
+               ``.bias`` (C,) -- the names of timm's CaiT class attention. The q/k/v biases
+               may be missing (qkv_bias=False): then there is no bias. PyTorch's layout,
+               y = x Wᵀ + b; heads are head-major channel groups as in notebook 02.
+    num_heads: h
+    returns:   (B, 1, C), the update of the class token only (the patches are not updated)
+
+    Exercise 5.2 -- ``cls_in_keys=False``: the paper's ablation, where the class token attends
+    to the patches only. Keys and values then come from the N patch tokens alone (the query
+    still comes from the class token).
+    """
+    ### BEGIN SOLUTION
+    B, T, C = x.shape
+    h = num_heads
+    d = C // h
+
+    def linear(t, name):
+        y = t @ params[name + ".weight"].T
+        bias = params.get(name + ".bias")
+        return y if bias is None else y + bias
+
+    kv_tokens = x if cls_in_keys else x[:, 1:]                                 # (B, M, C)
+    M = kv_tokens.shape[1]
+    q = linear(x[:, :1], "q").reshape(B, 1, h, d).transpose(0, 2, 1, 3)        # (B, h, 1, d)
+    k = linear(kv_tokens, "k").reshape(B, M, h, d).transpose(0, 2, 1, 3)       # (B, h, M, d)
+    v = linear(kv_tokens, "v").reshape(B, M, h, d).transpose(0, 2, 1, 3)       # (B, h, M, d)
+    scores = (q / math.sqrt(d)) @ np.swapaxes(k, -1, -2)                       # (B, h, 1, M)
+    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights = scores / scores.sum(axis=-1, keepdims=True)
+    out = (weights @ v).transpose(0, 2, 1, 3).reshape(B, 1, C)                 # (B, 1, C)
+    return linear(out, "proj")
+    ### END SOLUTION
+
+
+class TalkingHeadAttention(nn.Module):
+    """Exercise 5.3 (try first) -- talking-heads attention, the self-attention of CaiT's blocks.
+
+    Notebook 05 builds it after class attention; try it first. Plain multi-head attention
+    keeps the h heads apart. Talking heads mix them with two learned h×h maps, one before
+    the softmax and one after it:
+
+        a = (q · d^-½) kᵀ                      (B, h, N, N)
+        a = proj_l(a over the head axis)       each (query, key) pair's h scores mixed by a Linear h -> h
+        a = softmax(a, over the keys)
+        a = proj_w(a over the head axis)       mixed again, Linear h -> h
+        out = proj(merge_heads(a v))           (B, N, C)
+
+    TalkingHeadAttention(dim, num_heads, qkv_bias=True);  forward: (B, N, C) -> (B, N, C).
+    ``state_dict()`` keys: ``qkv.weight`` (3·dim, dim), ``qkv.bias`` (if qkv_bias),
+    ``proj_l.weight`` (h, h), ``proj_l.bias`` (h,), ``proj_w.weight`` (h, h), ``proj_w.bias``,
+    ``proj.weight`` (dim, dim), ``proj.bias``. qkv rows [q; k; v], each head-major.
+    Raise ValueError when dim is not a multiple of num_heads.
+
+    Hint: a Linear acts on the last axis. ``a.permute(0, 2, 3, 1)`` puts the heads last.
+    No loops over tokens or heads.
+    """
+
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True):
+        super().__init__()
+        ### BEGIN SOLUTION
+        if dim % num_heads:
+            raise ValueError(f"dim={dim} is not a multiple of num_heads={num_heads}")
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.proj_l = nn.Linear(num_heads, num_heads)
+        self.proj_w = nn.Linear(num_heads, num_heads)
+        self.proj = nn.Linear(dim, dim)
+        ### END SOLUTION
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ### BEGIN SOLUTION
+        B, N, C = x.shape
+        h = self.num_heads
+        d = C // h
+        q, k, v = self.qkv(x).reshape(B, N, 3, h, d).permute(2, 0, 3, 1, 4)       # 3 × (B, h, N, d)
+        a = (q * d ** -0.5) @ k.transpose(-2, -1)                                  # (B, h, N, N)
+        a = self.proj_l(a.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)                 # mix heads before
+        a = a.softmax(dim=-1)
+        a = self.proj_w(a.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)                 # ... and after
+        return self.proj((a @ v).transpose(1, 2).reshape(B, N, C))
+        ### END SOLUTION
