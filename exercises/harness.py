@@ -191,7 +191,8 @@ class Guard:
             return
         if event == "call":
             module = frame.f_globals.get("__name__", "") or ""
-            name = f"{module}.{frame.f_code.co_qualname}"
+            code = frame.f_code
+            name = f"{module}.{getattr(code, 'co_qualname', code.co_name)}"  # co_qualname: 3.11+
         elif event == "c_call":
             module = getattr(arg, "__module__", None)
             if module is None:
@@ -303,6 +304,21 @@ class PartResult:
     status: str = "passed"  # passed | failed | skipped
 
 
+def _copied(value):
+    """A copy of the arrays a hidden test hands to learner code, so that code which modifies its
+    inputs in place cannot change what the test compares with afterwards. (Tensors are cloned,
+    which keeps them in the autograd graph.)"""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_copied(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if type(value).__module__.startswith("torch") and hasattr(value, "clone"):
+        return value.clone()
+    return value
+
+
 @dataclass
 class ExerciseRun:
     """What a hidden test gets: the learner's module, guarded accessors, and ``part``."""
@@ -323,6 +339,7 @@ class ExerciseRun:
         guard = self.guard
 
         def guarded(*args, **kwargs):
+            args, kwargs = _copied(args), {k: _copied(v) for k, v in kwargs.items()}
             return guard.run(target, *args, **kwargs)
 
         guarded.__name__ = name
@@ -339,7 +356,7 @@ class ExerciseRun:
             obj = guard.run(target, *args, **kwargs)
             forward = getattr(obj, "forward", None)
             if forward is not None:
-                object.__setattr__(obj, "forward", lambda *a, **k: guard.run(forward, *a, **k))
+                object.__setattr__(obj, "forward", lambda *a, **k: guard.run(forward, *_copied(a), **k))
             return obj
 
         return make
