@@ -14,12 +14,15 @@ def nearest(x, size):
     return N(F.interpolate(T(np.asarray(x, dtype=np.float64)), size=tuple(size), mode="nearest"))
 
 
-def unclamped(x, size):
-    """Bilinear with align_corners=False but without clamping the source index at 0."""
+def unclamped(x, size, wrap=True):
+    """Bilinear with align_corners=False but without clamping the source index at 0: index -1
+    either wraps around to the last pixel (NumPy's negative indexing) or is clipped to 0."""
     def weights(n_in, n_out):
         src = (np.arange(n_out) + 0.5) * n_in / n_out - 0.5
         i0 = np.floor(src).astype(int)
         lam = src - i0
+        if wrap:
+            return np.minimum(i0, n_in - 1), np.minimum(i0 + 1, n_in - 1), lam
         return np.clip(i0, 0, n_in - 1), np.clip(i0 + 1, 0, n_in - 1), lam
 
     i0, i1, a = weights(x.shape[-2], size[0])
@@ -33,8 +36,10 @@ def bl_mistakes(x, size):
                                                    "with align_corners=False pixel centres sit at i + 0.5, "
                                                    "src = (i + 0.5)·n_in/n_out − 0.5"),
            (nearest(x, size), "nearest-neighbour: mix the two nearest input pixels with weights (1 − λ, λ)"),
-           (unclamped(x, size), "clamp src at 0: the first output pixels of an upsampling read before "
-                                "pixel 0's centre")]
+           (unclamped(x, size), "clamp src at 0: the first output pixels of an upsampling read index "
+                                "-1, which NumPy wraps around to the last pixel"),
+           (unclamped(x, size, wrap=False), "clamp src at 0 (before computing λ): the first output pixels "
+                                            "of an upsampling read before pixel 0's centre")]
     H, W = x.shape[-2:]
     if (H, W) != (W, H) or tuple(size) != tuple(size)[::-1]:
         swapped = bilinear(np.swapaxes(x, -1, -2), size[::-1]).swapaxes(-1, -2) if True else None

@@ -143,6 +143,8 @@ MUTANTS = [
     M("bilinear: align_corners=True", "8.1", E08,
       ("src = (np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5",
        "src = np.arange(n_out) * ((n_in - 1) / max(n_out - 1, 1))"), expect="align_corners=True"),
+    M("bilinear: source index not clamped at 0", "8.1", E08,
+      ("src = np.maximum(src, 0.0)", "src = src"), expect="clamp src at 0"),
     M("interpolate tokens: reshape without the transpose", "8.2", E08,
       ("img = img.transpose(1, 2).reshape(B, C, H, W)", "img = img.reshape(B, C, H, W)"),
       ("torch.cat([cls, img.flatten(2).transpose(1, 2)], dim=1)", "torch.cat([cls, img.reshape(B, -1, C)], dim=1)"),
