@@ -72,18 +72,18 @@ def check_unpatchify(unpatchify):
 
 
 def check_conv_weight_to_seed_linear(convert):
-    """Seed 003: Rearrange('b c (h s1) (w s2) -> b (h w) (s1 s2 c)') then Linear."""
+    """Channel-last patches, 'b c (gh p1) (gw p2) -> b (gh gw) (p1 p2 c)', then Linear."""
     from einops import rearrange
 
     for chans, p, e in [(3, 4, 5), (2, 16, 3)]:
         x = _rng(3).standard_normal((2, chans, 2 * p, 3 * p))
         conv = torch.nn.Conv2d(chans, e, kernel_size=p, stride=p).double()
         expected = conv(torch.from_numpy(x)).flatten(2).transpose(1, 2).detach().numpy()
-        seed_patches = rearrange(x, "b c (h s1) (w s2) -> b (h w) (s1 s2 c)", s1=p, s2=p)
+        hwc_patches = rearrange(x, "b c (gh p1) (gw p2) -> b (gh gw) (p1 p2 c)", p1=p, p2=p)
         w = np.asarray(convert(conv.weight.detach().numpy()))
         assert w.shape == (e, p * p * chans), f"weight shape {w.shape}, expected {(e, p * p * chans)}"
-        _close(seed_patches @ w.T + conv.bias.detach().numpy(), expected,
-               "seed-order patches @ converted weight vs Conv2d")
+        _close(hwc_patches @ w.T + conv.bias.detach().numpy(), expected,
+               "channel-last patches @ converted weight vs Conv2d")
 
 
 def check_pos_embed_similarity(similarity):

@@ -29,10 +29,10 @@ def unpatchify(patches: np.ndarray, patch_size: int, img_size: int) -> np.ndarra
 
 
 def conv_weight_to_seed_linear(weight: np.ndarray) -> np.ndarray:
-    """Exercise 1.3 -- seed 003 flattens each patch as (row, column, channel):
-    ``Rearrange('b c (h s1) (w s2) -> b (h w) (s1 s2 c)')`` followed by ``nn.Linear``.
+    """Exercise 1.3 -- channel-last code flattens each patch as (row, column, channel):
+    ``rearrange(x, 'b c (gh p1) (gw p2) -> b (gh gw) (p1 p2 c)')`` followed by ``nn.Linear``.
 
-    Given a Conv2d weight (E, C, P, P), return the Linear weight (E, P·P·C) that makes the seed's
+    Given a Conv2d weight (E, C, P, P), return the Linear weight (E, P·P·C) that makes that
     flatten + Linear compute exactly what the Conv2d computes.
     """
     raise NotImplementedError("Exercise 1.3: conv_weight_to_seed_linear")

@@ -21,7 +21,8 @@ def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
 
     q: (..., N_q, d), k: (..., N_k, d), v: (..., N_k, d_v)  ->  (..., N_q, d_v)
     mask: optional boolean array broadcastable to (..., N_q, N_k); True means "may attend".
-    Scale before the softmax; mask before the softmax (seed 003 got both wrong).
+    Scale before the softmax; mask before the softmax (notebook 02, section 5: a widely copied
+    tutorial gets both wrong).
     """
     raise NotImplementedError("Exercise 2.2: scaled_dot_product_attention")
 

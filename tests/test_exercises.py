@@ -1,5 +1,6 @@
 """The exercise checks themselves: they must accept a correct solution, reject the classic
-mistakes (seed 003's among them), and the stubs handed to learners must be unsolved."""
+mistakes (a widely copied tutorial's among them), and the stubs handed to learners must be
+unsolved."""
 import inspect
 
 import numpy as np
@@ -48,8 +49,8 @@ def test_checks_accept_a_correct_solution(check, solution):
 # ---- classic mistakes ----------------------------------------------------------------------
 
 
-def seed_order_patchify(x, p):  # seed 003's (s1 s2 c) order: right patches, wrong layout
-    return rearrange(x, "b c (h s1) (w s2) -> b (h w) (s1 s2 c)", s1=p, s2=p)
+def hwc_order_patchify(x, p):  # channel-last (p1 p2 c) order: right patches, wrong layout
+    return rearrange(x, "b c (gh p1) (gw p2) -> b (gh gw) (p1 p2 c)", p1=p, p2=p)
 
 
 def column_major_patchify(x, p):  # patches in column-major order
@@ -65,14 +66,14 @@ def softmax_wrong_axis(x, axis=-1):
     return L.softmax(x, axis=0)
 
 
-def scale_after_softmax(q, k, v, mask=None):  # seed 003 bug 1
+def scale_after_softmax(q, k, v, mask=None):  # the tutorial's bug 1 (notebook 02)
     scores = q @ np.swapaxes(k, -1, -2)
     if mask is not None:
         scores = np.where(mask, scores, -np.inf)
     return (L.softmax(scores) * q.shape[-1] ** -0.5) @ v
 
 
-def mask_ignored(q, k, v, mask=None):  # seed 003 bug 2: the masked_fill result is discarded
+def mask_ignored(q, k, v, mask=None):  # the tutorial's bug 2: the masked_fill result is discarded
     return A.scaled_dot_product_attention(q, k, v)
 
 
@@ -121,9 +122,9 @@ def rollout_wrong_order(maps):
 
 
 WRONG = [
-    (checks.check_patchify, seed_order_patchify),
+    (checks.check_patchify, hwc_order_patchify),
     (checks.check_patchify, column_major_patchify),
-    (checks.check_patchify_matches_conv, seed_order_patchify),
+    (checks.check_patchify_matches_conv, hwc_order_patchify),
     (checks.check_conv_weight_to_seed_linear, lambda w: w.reshape(w.shape[0], -1)),
     (checks.check_pos_embed_similarity, lambda pe, num_prefix_tokens=1: P.cosine_similarity_grid(pe, 0)),
     (checks.check_softmax, naive_softmax),
