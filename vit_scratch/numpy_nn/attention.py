@@ -3,7 +3,8 @@
     Attention(Q, K, V) = softmax(Q Kᵀ / √d) V
 
 with the scale applied to the scores *before* the softmax, and masked scores set to -inf
-*before* the softmax (the two bugs of seed 003 got exactly these two steps wrong).
+*before* the softmax (a widely copied from-scratch tutorial gets exactly these two steps wrong;
+notebook 02, section 5).
 """
 from __future__ import annotations
 

@@ -98,8 +98,10 @@ _GELU_BLOCK = 1 << 16  # float32 elements per block: 256 KB, so temporaries stay
 def gelu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Exact GELU: x · Φ(x) = 0.5 · x · (1 + erf(x / √2)).  Same shape and dtype as x.
 
-    (The tanh approximation 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))) differs by up to ~5e-4;
-    the reference models use the exact form.)  ``out=x`` works in place.
+    (The tanh approximation 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))) differs by up to ~5e-4.
+    timm's models, and DeiT's checkpoints trained with them, use the exact form, ``nn.GELU()``'s
+    default; the original JAX ViT was trained with flax's ``nn.gelu``, whose default is the tanh
+    form.)  ``out=x`` works in place.
 
     Speed note: the float32 erf is ~25 elementwise passes.  Over a whole (B·N, 4C) activation
     each pass streams megabytes through main memory; over blocks of 65,536 elements the

@@ -95,7 +95,7 @@ def cosine_similarity_grid(pos_embed: np.ndarray, num_prefix_tokens: int = 1) ->
     """Cosine similarity of every patch's position embedding with every other's.
 
     pos_embed: (1, [prefix +] N, C)  ->  (N, N); row i, reshaped to the patch grid, is the
-    picture the seed 003 draws for patch i.
+    picture Fig. 7 of the ViT paper draws for patch i.
     """
     pe = np.asarray(pos_embed, dtype=np.float64)[0, num_prefix_tokens:]  # (N, C)
     pe = pe / np.maximum(np.linalg.norm(pe, axis=-1, keepdims=True), 1e-12)

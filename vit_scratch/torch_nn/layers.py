@@ -1,7 +1,8 @@
 """Elementary PyTorch layers of a transformer block: the MLP and stochastic depth.
 
 LayerNorm, Linear and GELU are PyTorch's own (``nn.LayerNorm(eps=1e-6)``, ``nn.Linear``,
-``nn.GELU()`` -- the exact erf form); their NumPy twins are in ``vit_scratch.numpy_nn.layers``.
+``nn.GELU()`` -- the exact erf form, as in timm; the original JAX ViT used flax's tanh-approximate
+default); their NumPy twins are in ``vit_scratch.numpy_nn.layers``.
 """
 from __future__ import annotations
 
@@ -53,6 +54,11 @@ def trunc_normal_(tensor: torch.Tensor, std: float = 0.02, bound: float = 2.0) -
     Redraws the ~5% of samples that fall outside until none do -- the same distribution as
     ``nn.init.trunc_normal_(tensor, std=std, a=-bound*std, b=bound*std)``, many times faster
     (that one inverts the normal CDF for every element).
+
+    The bound is in units of ``std`` (TensorFlow's ``truncated_normal`` convention), which
+    narrows the spread to 0.88·std for bound 2.  timm's and PyTorch's ``trunc_normal_(t,
+    std=.02)`` take their bounds ``a=-2, b=2`` in absolute units: at std 0.02 that is ±100σ, so
+    they never cut (a plain N(0, 0.02²)).  Notebook 01, section 4, compares the two.
     """
     tensor.normal_(0.0, std)
     outside = tensor.abs() > bound * std

@@ -78,9 +78,14 @@ class VisionTransformer(ModelBase):
 
     @torch.no_grad()
     def reset_parameters(self):
-        """Initialisation for training from scratch (the ViT/DeiT recipe): normal with std 0.02,
-        truncated at ±2 std, for Linear weights and the position embedding; zero biases;
-        LayerNorm = identity; a class token near zero."""
+        """Initialisation for training from scratch: std 0.02 for Linear weights and the position
+        embedding, truncated at ±2 std (so their spread is 0.88 × 0.02); zero biases; LayerNorm =
+        identity; a class token near zero.
+
+        The references differ in the truncation: timm (and so DeiT) calls ``trunc_normal_(std=.02)``
+        with absolute bounds ±2, which never cut at this std; the original JAX ViT draws the
+        position embedding from an untruncated normal(0.02) and the Linear weights Xavier-uniform.
+        See :func:`vit_scratch.torch_nn.layers.trunc_normal_` and notebook 01, section 4."""
         trunc_normal_(self.pos_embed, std=0.02)
         nn.init.normal_(self.cls_token, std=1e-6)
         for m in self.modules():
