@@ -99,11 +99,10 @@ def test_clipped_relative_indices():
 
 
 # --- bilinear resizing and feature interpolation ----------------------------------------------
-@pytest.mark.parametrize("grid", [(8, 8), (7, 7), (5, 9), (6, 10), (1, 3)])
-@pytest.mark.parametrize("factor", [2.0, 4.0, 0.5, 0.25])
+@pytest.mark.parametrize("grid,factor", [
+    (grid, factor) for grid in [(8, 8), (7, 7), (5, 9), (6, 10), (1, 3)]
+    for factor in [2.0, 4.0, 0.5, 0.25] if min(grid) * factor >= 1])  # odd grids included
 def test_bilinear_resize_equals_interpolate(rng, grid, factor):
-    if min(grid) * factor < 1:
-        pytest.skip("the grid would vanish")
     x = rng.standard_normal((2, 3, *grid))
     expected = F.interpolate(t64(x), scale_factor=factor, mode="bilinear", align_corners=False,
                              recompute_scale_factor=False).numpy()
@@ -639,10 +638,10 @@ def test_coat_lite_trains_through_the_trainer(tmp_path):
     8×8 digits: its convolutions give it the locality a plain ViT lacks."""
     from vit_scratch.train import TrainConfig, train
 
-    cfg = TrainConfig(model="coat_lite_digits", epochs=2, warmup_epochs=1, lr=2e-3, device="cpu",
+    cfg = TrainConfig(model="coat_lite_digits", epochs=1, warmup_epochs=0, lr=2e-3, device="cpu",
                       out=str(tmp_path / "coat.safetensors"))
     result = train(cfg, log=lambda line: None)
-    assert result["test_acc"] > 0.85  # 0.93 when this was written (ViT's recipe: ~0.4 here)
+    assert result["test_acc"] > 0.7  # one epoch: 0.86 when this was written (chance is 0.1)
     reloaded = vit_scratch.load_checkpoint(vit_scratch.create_model("coat_lite_digits"), cfg.out)
     assert torch.equal(reloaded.cls_token4, result["model"].cls_token4)
 
@@ -693,3 +692,20 @@ def test_config_round_trips_and_command_line_values():
     assert hash(cfg) == hash(cfg.replace()) and cfg == cfg.replace()
     assert cfg.grid_sizes((32, 16)) == [(32, 16), (16, 8), (8, 4), (4, 2)]
     assert isinstance(CoaTConfig().replace(parallel_depth=1, embed_dims=(8, 16, 16, 16)), CoaTConfig)
+
+
+def test_numpy_batch_threads_give_the_same_answer(monkeypatch):
+    """The NumPy model splits a batch over threads (``layers.split_batch``); any thread count
+    gives the same logits as one thread, to rounding."""
+    model = _model("coat_digits", parallel_mode="cross_attention")
+    np_model = _np_model(model)
+    x = np.random.default_rng(0).standard_normal((5, 1, 8, 8))
+    outputs = {}
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
+        outputs[threads] = np_model(x)
+    assert max_abs_diff(outputs["2"], outputs["1"]) < 1e-13
+    assert max_abs_diff(outputs["3"], outputs["1"]) < 1e-13
+    from vit_scratch.numpy_nn.layers import split_batch
+
+    assert [len(c) for c in split_batch(lambda c: c, x, threads=3)] == [1, 2, 2]

@@ -11,7 +11,9 @@ https://arxiv.org/abs/2104.06399
     CoaT:      logits = head(aggregate([norm2(x2)[:, 0], norm3(x3)[:, 0], norm4(x4)[:, 0]]))
 
 Tokens stay (B, N, C) throughout; a scale's grid is the channels-last view (B, H, W, C) of its
-image tokens, which is what the depthwise convolutions and the resizing work on.  There is no
+image tokens, which is what the depthwise convolutions and the resizing work on.  A batch is
+split over the CPU cores (``layers.split_batch``): NumPy's elementwise work runs on one core
+per call, and images are independent.  There is no
 absolute position embedding, so any input whose sides are multiples of the total stride runs.
 """
 from __future__ import annotations
@@ -25,7 +27,7 @@ from .base import ModelBase
 from .conv_position_encoding import conv_pos_enc
 from .coscale import parallel_block
 from .factorized_attention import conv_attention
-from .layers import layer_norm, linear, mlp, sub_params
+from .layers import layer_norm, linear, mlp, split_batch, sub_params
 from .patch_embed import add_class_token
 
 PATCH_NORM_EPS = 1e-5  # CoaT's patch-embedding LayerNorms (the token LayerNorms use 1e-6)
@@ -96,10 +98,21 @@ class CoaT(ModelBase):
 
     def _scales(self, images: np.ndarray, last: int = 3, records: list | None = None):
         """Scales 1..last+1 through their serial blocks (then the parallel blocks, when all four
-        ran): -> ([x1, x2, x3, x4] tokens before the final norms, their grid sizes)."""
-        cfg, p = self.cfg, self.params
+        ran): -> ([x1, x2, x3, x4] tokens before the final norms, their grid sizes).
+
+        The batch is split over ``layers.num_threads()`` threads (images are independent; see
+        ``layers.split_batch``), except when attention records are collected."""
         images = np.asarray(images)
-        sizes = self.grid_sizes(images)
+        sizes = self.grid_sizes(images)  # checked here, before any thread starts
+        if records is not None:
+            return self._run(images, sizes, last, records), sizes
+        parts = split_batch(lambda chunk: self._run(chunk, sizes, last), images)
+        if len(parts) == 1:
+            return parts[0], sizes
+        return [np.concatenate(scale, axis=0) for scale in zip(*parts)], sizes
+
+    def _run(self, images: np.ndarray, sizes, last: int, records: list | None = None) -> list:
+        cfg, p = self.cfg, self.params
         x, xs = images.astype(self.dtype, copy=False), []
         for s in range(last + 1):
             if s == 0:
@@ -120,7 +133,7 @@ class CoaT(ModelBase):
                 rest = parallel_block(rest, blk, sizes[1:], cfg.num_heads, cfg.parallel_mode,
                                       records)
             xs[1:] = rest
-        return xs, sizes
+        return xs
 
     def _final_norm(self, s: int):
         """Scale s's final norm (0-based), or None (scale 1 never has one; CoaT-Lite only norm4)."""

@@ -81,9 +81,10 @@ class FactorizedAttentionRecord:
 
 def head_summaries(ks: np.ndarray, v: np.ndarray, num_heads: int) -> np.ndarray:
     """softmax(K)ᵀ V per head: ks, v (B, N, h·d) token layout  ->  (B, h, d, d)."""
-    ks_h = rearrange(ks, "b n (h d) -> b h d n", h=num_heads)
-    v_h = rearrange(v, "b n (h d) -> b h n d", h=num_heads)
-    return np.ascontiguousarray(ks_h) @ np.ascontiguousarray(v_h)
+    B, N, C = ks.shape
+    d = C // num_heads
+    return np.einsum("bnhd,bnhe->bhde", ks.reshape(B, N, num_heads, d),
+                     v.reshape(B, N, num_heads, d), optimize=True)
 
 
 def conv_attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, size, num_heads: int,
@@ -92,9 +93,11 @@ def conv_attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, size, num_heads: in
 
         d^-½ · Q (softmax(K)ᵀ V)  per head   +   [0; Q_img ⊙ conv(V_img)]
 
-    q: (B, N_q, C) and k, v: (B, N_k, C) with N_q = N_k = 1 + H·W (the class token first);
-    size: (H, W); crpe_weights/biases: the head groups' depthwise convs  ->  (B, N, C).
+    q, k, v: (B, 1 + H·W, C) (the class token first; k and v already on q's grid);
+    size: (H, W); crpe_weights/biases: the head groups' depthwise convs  ->  (B, 1 + H·W, C).
     ``records``: if a list, a :class:`FactorizedAttentionRecord` is appended to it.
+    The heads are never split into a (B, h, N, d) copy: ``einsum`` reads them as a reshape
+    view of the channels and only the (B, h, d, d) summaries are per-head arrays.
     """
     B, N, C = q.shape
     H, W = checks.to_2tuple(size, "size")
@@ -105,15 +108,14 @@ def conv_attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, size, num_heads: in
     scale = np.asarray(d ** -0.5, dtype=q.dtype)
     ks = key_softmax(k, axis=1)  # (B, N, C): per channel, a distribution over the tokens
     summary = head_summaries(ks, v, num_heads) * scale  # (B, h, d, d)
-    q_h = np.ascontiguousarray(rearrange(q, "b n (h d) -> b h n d", h=num_heads))
-    out = rearrange(q_h @ summary, "b h n d -> b n (h d)")  # (B, N, C)
-    out = np.ascontiguousarray(out)
+    q_h = q.reshape(B, N, num_heads, d)  # a view
+    out = np.einsum("bnhd,bhde->bnhe", q_h, summary, optimize=True).reshape(B, N, C)
     conv_v = crpe_conv(v[:, 1:].reshape(B, H, W, C), crpe_weights, crpe_biases, d)
     out[:, 1:] += q[:, 1:] * conv_v.reshape(B, H * W, C)  # EV; the class token's row is zero
     if records is not None:
         records.append(FactorizedAttentionRecord(
             key_softmax=rearrange(ks, "b n (h d) -> b h n d", h=num_heads),
-            class_query=q_h[:, :, :1] * scale, size=(H, W)))
+            class_query=rearrange(q_h[:, :1], "b one h d -> b h one d") * scale, size=(H, W)))
     return out
 
 
