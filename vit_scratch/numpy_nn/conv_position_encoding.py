@@ -7,12 +7,16 @@ Factorized attention alone cannot tell tokens apart by position: two tokens with
 query get the same output, wherever they sit.  CoaT adds position twice, both times with a
 *depthwise* convolution (one k×k kernel per channel, no mixing across channels):
 
-* **CRPE** (convolutional relative position encoding), inside the attention: relative position
-  encoding restricted to a k×k window, ``EV = Q ⊙ conv(V)``.  With index clipping to a window,
-  "attend to V with weights that depend only on the offset j - i" *is* a convolution of V, one
-  kernel per channel.  Heads are split into groups with their own window ({3: 2, 5: 3, 7: 3}:
-  two heads see 3×3, three 5×5, three 7×7).  The class token has no place on the grid: its row
-  of EV is zero.
+* **CRPE** (convolutional relative position encoding), inside the attention:
+  ``EV = Q ⊙ conv(V)``.  A relative position encoding gives token i a weight for token j that
+  depends only on the offset j - i.  Shaw et al. ("Self-Attention with Relative Position
+  Representations", 2018, https://arxiv.org/abs/1803.02155) *clip* the offsets, so every far
+  offset shares the edge embedding (:func:`clipped_relative_indices`); CoaT instead keeps a
+  weight per offset inside a k×k window and none outside -- and "sum the values with weights
+  that depend only on the offset, inside a window" *is* a convolution of V, one kernel per
+  channel (a depthwise convolution).  Heads are split into groups with their own window
+  ({3: 2, 5: 3, 7: 3}: two heads see 3×3, three 5×5, three 7×7).  The class token has no place
+  on the grid: its row of EV is zero.
 * **CPE** (convolutional position encoding), before each block: ``x + dwconv3×3(x)`` on the
   image tokens, the class token unchanged (as in CPVT, Chu et al., https://arxiv.org/abs/2102.10882).
 
@@ -72,7 +76,7 @@ def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None 
         out[b, y, x, c] = Σ_ij windows[b, y, x, c, i, j] · weight[c, 0, i, j]  (+ bias[c])
 
     ``method="einsum"`` evaluates exactly that with one ``np.einsum``.  ``method="taps"`` (the
-    default, 2-4× faster) computes the same sum as k² whole-array multiply-adds, one per kernel
+    default, 1.5-3× faster in our measurements) computes the same sum as k² whole-array multiply-adds, one per kernel
     offset (i, j), over chunks of images small enough to stay in the CPU cache.  Neither loops
     over pixels.  (Like PyTorch's convolution this is a cross-correlation: no kernel flip.)
     """
@@ -145,7 +149,7 @@ def crpe_conv(v_img: np.ndarray, weights, biases, head_dim: int) -> np.ndarray:
     """
     out = np.empty(v_img.shape, dtype=np.result_type(v_img, np.float32))
     start = 0
-    for w, b in zip(weights, biases):  # one depthwise conv per window size (3 groups)
+    for w, b in zip(weights, biases):  # one depthwise conv per window (head group)
         stop = start + w.shape[0]
         if w.shape[0] % head_dim:
             raise ValueError(f"CRPE conv with {w.shape[0]} channels does not hold whole heads of "

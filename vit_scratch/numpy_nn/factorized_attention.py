@@ -9,7 +9,8 @@ Factorized attention moves the softmax onto K alone, *over the tokens*, for each
     FactorAtt(Q, K, V) = (1/√d) · Q (softmax(K)ᵀ V)          softmax(K): (N, d), columns sum to 1
 
 ``softmax(K)ᵀ V`` is a d×d summary of the whole sequence (each of the d key channels is a
-distribution over the N tokens, pooling the values), so the cost is O(N·d²): linear in N.  By
+distribution over the N tokens, pooling the values), so the cost is O(N·d²) per head,
+O(N·C²/h) for C channels in h heads: linear in N, where softmax attention is quadratic.  By
 associativity it equals ``(Q softmax(K)ᵀ) V``, an attention with the N×N weights
 ``Q softmax(K)ᵀ / √d`` that is never formed; unlike softmax attention these weights are not
 normalised and may be negative.

@@ -192,16 +192,22 @@ def num_threads() -> int:
     return os.cpu_count() or 1
 
 
+_blas_controller = None
+
+
 @contextlib.contextmanager
 def _single_threaded_blas():
     """BLAS on one thread inside the block (the batch threads already use every core);
     a no-op without ``threadpoolctl`` (a scikit-learn dependency)."""
+    global _blas_controller
     try:
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import ThreadpoolController
     except ImportError:  # pragma: no cover
         yield
         return
-    with threadpool_limits(limits=1, user_api="blas"):
+    if _blas_controller is None:  # finding the loaded BLAS libraries once is enough
+        _blas_controller = ThreadpoolController()
+    with _blas_controller.limit(limits=1, user_api="blas"):
         yield
 
 

@@ -212,7 +212,13 @@ class CoaT(ModelBase):
         norm4 for CoaT-Lite's scale 4; norm2-4 for CoaT's scales 2-4; scale 1 never).
         Returns ``(forward_features output, maps)``, or the maps alone with
         ``intermediates_only`` (then scales after the last index are skipped when no parallel
-        block needs them)."""
+        block needs them).
+
+        Compared with timm's ``CoaT.forward_intermediates`` (same maps, same ``norm`` rule, same
+        final features -- the tests check it): timm offers only NCHW, takes a ``stop_early`` flag
+        (here implied by ``intermediates_only``), returns contiguous copies (here: views of the
+        tokens), and runs only at the size it was built for, where this model takes any multiple
+        of the total stride."""
         take = interface.resolve_indices(indices, NUM_SCALES, what="scales")
         interface.check_output_fmt(output_fmt)
         early = intermediates_only and (self.cfg.is_lite or take[-1] == 0)

@@ -76,9 +76,26 @@ class ConvRelPosEnc(nn.Module):
     def forward(self, q: torch.Tensor, v: torch.Tensor, size) -> torch.Tensor:
         B, h, N, d = q.shape
         H, W = size
-        if N != 1 + H * W or v.shape != q.shape:
-            raise ValueError(f"q and v must have shape (B, h, 1 + H·W, d) = (B, h, {1 + H * W}, d) "
-                             f"for size {(H, W)}, got {tuple(q.shape)} and {tuple(v.shape)}")
+        self._check(q, v, size)
         v_img = v[:, :, 1:].transpose(-1, -2).reshape(B, h * d, H, W)  # (B, h·d, H, W)
         conv_v = self.conv(v_img).reshape(B, h, d, H * W).transpose(-1, -2)  # (B, h, HW, d)
         return F.pad(q[:, :, 1:] * conv_v, (0, 0, 1, 0))  # zero row for the class token
+
+    def add_to(self, out: torch.Tensor, q: torch.Tensor, v: torch.Tensor, size) -> torch.Tensor:
+        """``out[:, 1:] += Q_img ⊙ conv(V_img)`` in token layout, in place: the same EV as
+        ``forward`` without building the zero row or a head-layout copy (the attention's fast
+        path).  out: (B, 1 + H·W, h·d) heads merged; q, v: (B, h, 1 + H·W, d)."""
+        B, h, N, d = q.shape
+        H, W = size
+        self._check(q, v, size)
+        tokens = lambda t: t[:, :, 1:].transpose(1, 2).reshape(B, H * W, h * d)  # noqa: E731
+        v_img = tokens(v).reshape(B, H, W, h * d).permute(0, 3, 1, 2)  # channels-last view
+        conv_v = self.conv(v_img).permute(0, 2, 3, 1).reshape(B, H * W, h * d)
+        out[:, 1:].addcmul_(tokens(q), conv_v)
+        return out
+
+    def _check(self, q, v, size):
+        N, (H, W) = q.shape[2], size
+        if N != 1 + H * W or v.shape != q.shape:
+            raise ValueError(f"q and v must have shape (B, h, 1 + H·W, d) = (B, h, {1 + H * W}, d) "
+                             f"for size {(H, W)}, got {tuple(q.shape)} and {tuple(v.shape)}")

@@ -50,10 +50,11 @@ def interpolate_tokens(x: torch.Tensor, size, scale_factor: float) -> torch.Tens
 
 
 def _interpolate_heads(x: torch.Tensor, size, scale_factor: float) -> torch.Tensor:
-    """interpolate_tokens for (B, h, N, d) per-head tensors."""
+    """interpolate_tokens for (B, h, N, d) per-head tensors (resized in token layout, returned
+    as a head view of the result)."""
     B, h, N, d = x.shape
-    out = interpolate_tokens(x.reshape(B * h, N, d), size, scale_factor)
-    return out.reshape(B, h, -1, d)
+    out = interpolate_tokens(x.transpose(1, 2).reshape(B, N, h * d), size, scale_factor)
+    return out.reshape(B, -1, h, d).transpose(1, 2)
 
 
 class ParallelBlock(nn.Module):

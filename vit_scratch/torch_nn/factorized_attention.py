@@ -82,18 +82,21 @@ class FactorAttnConvRelPosEnc(RecordsAttention, nn.Module):
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, size,
                record: bool = True) -> torch.Tensor:
-        """d^-½ q (softmax(k)ᵀ v) + CRPE(q, v): (B, h, 1 + H·W, d) each -> (B, h, 1 + H·W, d).
-        Keeps a record for the attention maps while recording (and ``record``)."""
+        """d^-½ q (softmax(k)ᵀ v) + CRPE(q, v), heads merged: q, k, v (B, h, 1 + H·W, d)
+        -> (B, 1 + H·W, h·d).  Keeps a record for the attention maps while recording (and
+        ``record``).  The scale is folded into the small d×d summary and the CRPE term is added
+        in place, so the only full-size tensors are the output and CRPE's convolution."""
+        B, h, N, d = q.shape
         ks = key_softmax(k, dim=2)  # (B, h, N, d): each channel a distribution over the tokens
-        out = torch.matmul(q, ks.transpose(-1, -2) @ v)  # (B, h, N, d) via a d×d summary
+        summary = (ks.transpose(-1, -2) @ v) * self.scale  # (B, h, d, d)
         if record and self.record_attention:
             self.keep(FactorizedAttentionRecord(ks, q[:, :, :1] * self.scale, tuple(size)))
-        return torch.add(self.crpe(q, v, size), out, alpha=self.scale)
+        out = (q @ summary).transpose(1, 2).reshape(B, N, h * d)  # (B, N, C), heads merged
+        return self.crpe.add_to(out, q, v, size)
 
     def project(self, out: torch.Tensor) -> torch.Tensor:
-        """(B, h, N, d) -> merge heads -> proj -> (B, N, C)."""
-        B, h, N, d = out.shape
-        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(B, N, h * d)))
+        """(B, N, C) -> proj -> dropout -> (B, N, C)."""
+        return self.proj_drop(self.proj(out))
 
     def forward(self, x: torch.Tensor, size) -> torch.Tensor:
         q, k, v = self.split_qkv(x)
