@@ -23,14 +23,17 @@ class PatchEmbed(nn.Module):
                  embed_dim: int = 768):
         super().__init__()
         self.img_size = checks.to_2tuple(img_size, "img_size")
-        self.patch_size = patch_size
-        self.in_chans = in_chans
+        self.patch_size = checks.check_positive(patch_size, "patch_size")
+        self.in_chans = checks.check_positive(in_chans, "in_chans")
+        checks.check_positive(embed_dim, "embed_dim")
         self.grid_size = checks.grid_size(self.img_size, patch_size)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size, stride=patch_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        checks.check_image_dtype(x.dtype)  # floats only (vit_scratch.checks' policy) ...
         checks.check_images(x.shape, self.in_chans, self.img_size, self.patch_size)
+        x = x.to(self.proj.weight.dtype)  # ... cast to the layer's dtype
         return self.proj(x).flatten(2).transpose(1, 2)  # (B, E, gh, gw) -> (B, N, E)
 
 
