@@ -120,7 +120,7 @@ def _torch_load(path: Path):
             return torch.load(f, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 -- re-raised with a plain message
         text = str(err)
-        if "Weights only load failed" in text:
+        if "Weights only load failed" in text and "GLOBAL" in text:
             found = re.findall(r"GLOBAL ([\w.]+)", text)
             what = f" (the first of them: {found[0]})" if found else ""
             raise UnsafeCheckpointError(

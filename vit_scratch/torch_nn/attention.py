@@ -45,6 +45,8 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None, dropout_p: floa
         if mask is not None:
             checks.check_mask_dtype(mask.dtype)
             checks.check_mask(mask.shape, q.shape[:-1] + k.shape[-2:-1])
+            if mask.ndim < 2:  # (N_k,) broadcasts, but the fused kernel wants 2 dims at least
+                mask = mask.reshape((1,) * (2 - mask.ndim) + tuple(mask.shape))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
                                               scale=scale)
     attn = attention_weights(q, k, mask=mask, scale=scale)
