@@ -502,3 +502,29 @@ def test_without_the_check_float32_layer_norm_overflows():
     y = np_layers.layer_norm(x.double().numpy(), np.ones(4), np.zeros(4))  # float64 is fine
     assert max_abs_diff(y, nn.functional.layer_norm(x.double(), (4,), eps=1e-6)) < 1e-12
     assert math.isclose(checks.MAX_ABS_IMAGE, 1e4)
+
+
+# --- the helpers around the models -------------------------------------------------------------
+
+def test_weight_helpers_check_their_arguments(source):
+    with pytest.raises(ValueError, match="seed must be an int >= 0, got 'a' \\(str\\)"):
+        vit_scratch.randomize_weights_(nn.Linear(2, 2), seed="a")
+    with pytest.raises(ValueError, match="std must be in \\[0, inf\\], got nan"):
+        vit_scratch.randomize_weights_(nn.Linear(2, 2), std=float("nan"))
+    with pytest.raises(ValueError, match="state_dict must be a dict of tensors"):
+        vit_scratch.state_dict_to_numpy([torch.zeros(1)])
+    with pytest.raises(ValueError, match="state_dict\\['w'\\] is a ndarray, not a tensor"):
+        vit_scratch.state_dict_to_numpy({"w": np.zeros(1)})
+    # a compiled model's state_dict converts under the model's own names
+    compiled = torch.compile(source, backend="eager")
+    assert set(vit_scratch.state_dict_to_numpy(compiled.state_dict())) == set(source.state_dict())
+    assert set(vit_scratch.state_dict_to_numpy(compiled)) == set(source.state_dict())
+
+
+def test_resize_pos_embed_arguments():
+    pe = torch.randn(1, 1 + 16, 8)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        vit_scratch.resize_pos_embed(pe, (6, 6), mode="lanczos")
+    nearest = vit_scratch.resize_pos_embed(pe, (8, 8), mode="nearest")  # antialias: n/a, not an error
+    grid = pe[0, 1:].reshape(4, 4, 8)
+    assert torch.equal(nearest[0, 1:].reshape(8, 8, 8)[::2, ::2], grid)

@@ -331,12 +331,20 @@ def save_checkpoint(model_or_state_dict, path) -> None:
 
 def state_dict_to_numpy(state_dict: dict, dtype=None) -> dict[str, np.ndarray]:
     """``{key: tensor}`` -> ``{key: ndarray}`` for the NumPy room (bf16/fp16 become float32)."""
+    if isinstance(state_dict, nn.Module):
+        state_dict = unwrap_model(state_dict).state_dict()
+    if not isinstance(state_dict, dict):
+        raise ValueError(f"state_dict must be a dict of tensors (model.state_dict()), got "
+                         f"{type(state_dict).__name__}")
     out = {}
     for key, t in state_dict.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"state_dict[{key!r}] is a {type(t).__name__}, not a tensor")
         t = t.detach().cpu()
         if t.dtype in (torch.bfloat16, torch.float16):
             t = t.float()
-        out[key] = t.numpy() if dtype is None else t.numpy().astype(dtype)
+        # keys as the model names them (a compiled or DDP model's state_dict has prefixes)
+        out[strip_wrapper_prefixes(key)] = t.numpy() if dtype is None else t.numpy().astype(dtype)
     return out
 
 
@@ -349,6 +357,9 @@ def randomize_weights_(model: nn.Module, seed: int = 0, std: float = 0.02,
     Norm weights become 1 + N(0, norm_std²), norm biases N(0, norm_std²), everything else
     N(0, std²).  Deterministic for a given seed and parameter order.
     """
+    seed = checks.check_int(seed, "seed", minimum=0)
+    std = checks.check_float(std, "std", 0.0, None)
+    norm_std = checks.check_float(norm_std, "norm_std", 0.0, None)
     gen = torch.Generator().manual_seed(seed)
     norm_weights = {id(m.weight) for m in model.modules()
                     if isinstance(m, nn.LayerNorm) and m.weight is not None}

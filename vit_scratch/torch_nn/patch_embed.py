@@ -49,6 +49,9 @@ def resize_pos_embed(pos_embed, new_grid, old_grid=None, num_prefix_tokens: int 
     float32).  Use the same function for a model's ``img_size`` change and in
     ``vit_scratch.load_checkpoint``.
     """
+    checks.check_choice(mode, "mode", ("bicubic", "bilinear", "nearest", "area"))
+    antialias = checks.check_bool(antialias, "antialias") and mode in ("bicubic", "bilinear")
+    num_prefix_tokens = checks.check_int(num_prefix_tokens, "num_prefix_tokens", minimum=0)
     as_numpy = isinstance(pos_embed, np.ndarray)
     pe = torch.from_numpy(pos_embed) if as_numpy else pos_embed
     if pe.ndim != 3 or pe.shape[0] != 1:
@@ -70,7 +73,7 @@ def resize_pos_embed(pos_embed, new_grid, old_grid=None, num_prefix_tokens: int 
         prefix, grid = pe[:, :num_prefix_tokens], pe[:, num_prefix_tokens:]
         grid = rearrange(grid.float(), "1 (h w) c -> 1 c h w", h=old_grid[0], w=old_grid[1])
         grid = F.interpolate(grid, size=new_grid, mode=mode, antialias=antialias,
-                             align_corners=False)
+                             align_corners=False if mode in ("bicubic", "bilinear") else None)
         grid = rearrange(grid, "1 c h w -> 1 (h w) c").to(pe.dtype)
         pe = torch.cat([prefix, grid], dim=1)
     return pe.numpy() if as_numpy else pe
