@@ -59,6 +59,12 @@ class ModelBase:
         self.num_classes = cfg.num_classes
         self.pretrained_cfg: dict = {}  # set by vit_scratch.create_numpy_model
 
+    def check_image_size(self, shape) -> None:
+        """(B, C, H, W) with C = ``in_chans`` and (H, W) = ``img_size``: a position embedding
+        fixes the size.  A family that takes other sizes (CoaT: any multiple of its stride)
+        overrides this, in both rooms."""
+        checks.check_images(shape, self.cfg.in_chans, self.cfg.img_size)
+
     def prepare_images(self, images) -> np.ndarray:
         """Check a batch (B, C, H, W) before it enters the model and cast it to the model's dtype.
 
@@ -71,7 +77,7 @@ class ModelBase:
                              f"arrays: images.detach().cpu().numpy()")
         images = np.asarray(images)
         checks.check_image_dtype(images.dtype)
-        checks.check_images(images.shape, self.cfg.in_chans, self.cfg.img_size)
+        self.check_image_size(images.shape)
         if images.size:
             checks.check_image_values(float(np.abs(images).max()))
         return images.astype(self.dtype, copy=False)

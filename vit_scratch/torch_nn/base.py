@@ -58,6 +58,12 @@ class ModelBase(nn.Module):
         return self.pretrained_cfg
 
     # --- the input ------------------------------------------------------------------------------
+    def check_image_size(self, shape) -> None:
+        """(B, C, H, W) with C = ``in_chans`` and (H, W) = ``img_size``: a position embedding
+        fixes the size.  A family that takes other sizes (CoaT: any multiple of its stride)
+        overrides this, in both rooms."""
+        checks.check_images(shape, self.cfg.in_chans, self.cfg.img_size)
+
     def prepare_images(self, images: torch.Tensor) -> torch.Tensor:
         """Check a batch (B, C, H, W) before it enters the model and cast it to the model's dtype.
 
@@ -72,7 +78,7 @@ class ModelBase(nn.Module):
             raise ValueError(f"images must be a torch.Tensor of shape (B, C, H, W), got "
                              f"{type(images).__name__}{hint}")
         checks.check_image_dtype(images.dtype)
-        checks.check_images(images.shape, self.cfg.in_chans, self.cfg.img_size)
+        self.check_image_size(images.shape)
         like = next(self.parameters())
         if images.device != like.device:
             raise ValueError(f"images are on {images.device} but the model is on {like.device}; "
