@@ -40,7 +40,8 @@ def max_abs_diff(a, b) -> float:
 #: Per family (its spec module's name): config overrides that make a model small and fast while
 #: keeping the family's structure.  A family missing here falls back to ``img_size=64``.
 SMALL_OVERRIDES = {
-    "vit": dict(depth=1),
+    "vit": dict(depth=1, img_size=32),
+    "cait": dict(depth=1, depth_token_only=1, img_size=32),
 }
 
 
@@ -50,8 +51,10 @@ def small_kwargs(name: str) -> dict:
     spec = get_spec(name)
     cfg = spec.config()
     kwargs = dict(SMALL_OVERRIDES.get(spec.family.module, {}))
-    if cfg.img_size != (8, 8):
-        kwargs.setdefault("img_size", 32 if spec.family.module == "vit" else 64)
+    if cfg.img_size == (8, 8):
+        kwargs.pop("img_size", None)
+    else:
+        kwargs.setdefault("img_size", 64)
     return kwargs
 
 

@@ -108,20 +108,23 @@ def check_float(value, name: str, low: float | None = None, high: float | None =
     interval ``[low, high]`` (``(low, ...`` with ``low_open``, ``..., high)`` with ``high_open``).
     Returns it as a Python ``float``."""
     if low == 0 and low_open and high is None:
-        expected = "a positive number"
+        kind, interval = "a positive number", "positive"
     elif low is None and high is None:
-        expected = "a finite number"
+        kind, interval = "a finite number", "finite"
     else:
-        expected = (f"in {'(' if low_open else '['}{'-inf' if low is None else f'{low:g}'}, "
+        interval = (f"in {'(' if low_open else '['}{'-inf' if low is None else f'{low:g}'}, "
                     f"{'inf' if high is None else f'{high:g}'}{')' if high_open else ']'}")
+        kind = f"a number {interval}"
     if _is_bool(value) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be {expected}, got {_got(value)}")
-    value = float(value)
-    too_low = low is not None and (value <= low if low_open else value < low)
-    too_high = high is not None and (value >= high if high_open else value > high)
-    if not math.isfinite(value) or too_low or too_high:
-        raise ValueError(f"{name} must be {expected}, got {value!r}")
-    return value
+        raise ValueError(f"{name} must be {kind}, got {_got(value)}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    too_low = low is not None and (number <= low if low_open else number < low)
+    too_high = high is not None and (number >= high if high_open else number > high)
+    if too_low or too_high:
+        raise ValueError(f"{name} must be {interval}, got {value!r}")
+    return number
 
 
 def check_probability(value, name: str) -> float:
@@ -500,27 +503,17 @@ def mismatch_message(what: str, missing, unexpected, misshaped: dict,
 
 def check_num_classes(value) -> int:
     """``num_classes`` is an int >= 0 (0: no head)."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"num_classes must be an int >= 0, got {value!r}")
-    return value
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return check_int(value, "num_classes", minimum=0)
 
 
 def check_positive_number(value, name: str) -> float:
-    """A positive int or float (``mlp_ratio``); NaN is not positive."""
-    if not _is_number(value) or not value > 0:
-        raise ValueError(f"{name} must be positive, got {value!r}")
-    return value
+    """A positive, finite int or float (``mlp_ratio``); NaN is not positive."""
+    return check_positive_float(value, name)
 
 
 def check_rate(value, name: str) -> float:
     """A dropout or drop-path probability in [0, 1)."""
-    if not _is_number(value) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
-    return value
+    return check_probability(value, name)
 
 
 def check_init_values(value, name: str = "init_values") -> float:
@@ -529,7 +522,7 @@ def check_init_values(value, name: str = "init_values") -> float:
     0 is refused on purpose: a LayerScale at 0 gives every weight of its branch a zero gradient
     on the first step (that is ReZero's scalar, ``ScalarGate``), and in timm ``init_values=0``
     silently means "no LayerScale at all"; a negative ε flips the sign of the branch."""
-    if not _is_number(value) or not value > 0:
+    if _is_bool(value) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
         raise ValueError(
             f"{name} must be a positive number (LayerScale's initial per-channel scale, e.g. "
             f"layerscale_init_value(depth)), got {value!r}")

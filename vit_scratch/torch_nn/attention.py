@@ -150,6 +150,9 @@ class TalkingHeadAttention(RecordsAttention, nn.Module):
         self.num_heads = num_heads
         self.head_dim = checks.head_dim(dim, num_heads)
         self.scale = self.head_dim ** -0.5
+        checks.check_bool(qkv_bias, "qkv_bias")  # 'False' is a truthy string
+        checks.check_probability(attn_drop, "attn_drop")
+        checks.check_probability(proj_drop, "proj_drop")
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj = nn.Linear(dim, dim)
