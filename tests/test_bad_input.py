@@ -17,6 +17,7 @@ import vit_scratch
 from helpers import max_abs_diff, one_name_per_family, small_pair
 from vit_scratch import CheckpointError, checks, load_checkpoint, save_checkpoint
 from vit_scratch.data import normalize
+from vit_scratch.registry import get_spec
 from vit_scratch.numpy_nn import attention as np_attn
 from vit_scratch.numpy_nn import layers as np_layers
 from vit_scratch.numpy_nn import patch_embed as np_pe
@@ -318,47 +319,71 @@ def test_integer_checkpoint_is_refused_or_skipped_with_a_warning(tmp_path, sourc
     assert torch.equal(target.blocks[1].attn.qkv.weight, source.blocks[1].attn.qkv.weight)
 
 
-def test_non_square_position_grid(tmp_path):
+def _pos_embed_names() -> list[str]:
+    """Per family with a learned position embedding, its first name trained at 224²."""
+    chosen = {}
+    for name in vit_scratch.list_models():
+        spec = get_spec(name)
+        cfg = spec.config()
+        if cfg.img_size == (224, 224) and "pos_embed" in spec.family.param_shapes(cfg):
+            chosen.setdefault(spec.family.module, name)
+    return sorted(chosen.values())
+
+
+POS_EMBED_NAMES = _pos_embed_names()
+
+
+def _rect(name, img_size, seed):
+    model = vit_scratch.create_model(name, img_size=img_size, **_one_block(name))
+    return vit_scratch.randomize_weights_(model, seed=seed)
+
+
+def _one_block(name):
+    cfg = vit_scratch.get_config(name)
+    return {k: 1 for k in ("depth", "depth_token_only") if hasattr(cfg, k)}
+
+
+@pytest.mark.parametrize("name", POS_EMBED_NAMES)
+def test_non_square_position_grid(tmp_path, name):
     """A 224×160 checkpoint (a 14×10 grid) into a 224 model: our own files record their grid;
     a foreign file needs pos_embed_grid, which load_checkpoint really has."""
     from timm.layers import resample_abs_pos_embed
 
-    rect = vit_scratch.randomize_weights_(vit_scratch.create_model(TINY, img_size=(224, 160),
-                                                                   depth=1), seed=2)
+    rect = _rect(name, (224, 160), seed=2)
+    prefix = rect.pos_embed_prefix_tokens
     expected = resample_abs_pos_embed(rect.pos_embed.detach(), [14, 14], [14, 10],
-                                      num_prefix_tokens=1)
+                                      num_prefix_tokens=prefix)
+    square = lambda: vit_scratch.create_model(name, **_one_block(name))  # noqa: E731
     save_checkpoint(rect, tmp_path / "ours.safetensors")  # records pos_embed_grid = 14,10
-    square = load_checkpoint(vit_scratch.create_model(TINY, depth=1), tmp_path / "ours.safetensors")
-    assert max_abs_diff(square.pos_embed, expected) <= 1e-6
+    loaded = load_checkpoint(square(), tmp_path / "ours.safetensors")
+    assert max_abs_diff(loaded.pos_embed, expected) <= 1e-6
 
     torch.save(rect.state_dict(), tmp_path / "foreign.pth")  # no record of the grid
     with pytest.raises(CheckpointError) as info:
-        load_checkpoint(vit_scratch.create_model(TINY, depth=1), tmp_path / "foreign.pth")
+        load_checkpoint(square(), tmp_path / "foreign.pth")
     message = str(info.value)
     assert "not a square grid" in message and "pass pos_embed_grid=(rows, cols) to " \
         "vit_scratch.load_checkpoint" in message and "(14, 10)" in message
     assert "old_grid" not in message
-    square = load_checkpoint(vit_scratch.create_model(TINY, depth=1), tmp_path / "foreign.pth",
-                             pos_embed_grid=(14, 10))
-    assert max_abs_diff(square.pos_embed, expected) <= 1e-6
+    loaded = load_checkpoint(square(), tmp_path / "foreign.pth", pos_embed_grid=(14, 10))
+    assert max_abs_diff(loaded.pos_embed, expected) <= 1e-6
     with pytest.raises(CheckpointError, match=re.escape(
             "pos_embed_grid=(12, 12) holds 144 positions, but the checkpoint's pos_embed has 140")):
-        load_checkpoint(vit_scratch.create_model(TINY, depth=1), tmp_path / "foreign.pth",
-                        pos_embed_grid=12)
+        load_checkpoint(square(), tmp_path / "foreign.pth", pos_embed_grid=12)
 
 
-def test_transposed_grid_is_resized_not_loaded_as_is(tmp_path):
+@pytest.mark.parametrize("name", POS_EMBED_NAMES)
+def test_transposed_grid_is_resized_not_loaded_as_is(tmp_path, name):
     """14×10 and 10×14 have the same number of positions: only the recorded grid tells them
     apart, and the positions must be resampled, not copied."""
     from timm.layers import resample_abs_pos_embed
 
-    wide = vit_scratch.randomize_weights_(vit_scratch.create_model(TINY, img_size=(224, 160),
-                                                                   depth=1), seed=3)
+    wide = _rect(name, (224, 160), seed=3)
     save_checkpoint(wide, tmp_path / "wide.safetensors")
-    tall = load_checkpoint(vit_scratch.create_model(TINY, img_size=(160, 224), depth=1),
+    tall = load_checkpoint(vit_scratch.create_model(name, img_size=(160, 224), **_one_block(name)),
                            tmp_path / "wide.safetensors")
     expected = resample_abs_pos_embed(wide.pos_embed.detach(), [10, 14], [14, 10],
-                                      num_prefix_tokens=1)
+                                      num_prefix_tokens=wide.pos_embed_prefix_tokens)
     assert max_abs_diff(tall.pos_embed, expected) <= 1e-6
     assert not torch.equal(tall.pos_embed, wide.pos_embed)
 
