@@ -29,6 +29,12 @@ def make_pair(name: str, seed: int = 0, **kwargs):
 
 
 def max_abs_diff(a, b) -> float:
+    """Largest absolute difference; lists/tuples (CoaT's per-scale features) are compared
+    element by element and must have the same length."""
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        assert isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)), (type(a), type(b))
+        assert len(a) == len(b) > 0, (len(a), len(b))
+        return max(max_abs_diff(x, y) for x, y in zip(a, b))
     a = a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
     b = b.detach().cpu().numpy() if isinstance(b, torch.Tensor) else np.asarray(b)
     assert a.shape == b.shape, (a.shape, b.shape)
@@ -37,11 +43,15 @@ def max_abs_diff(a, b) -> float:
 
 # --- small models of every family, for tests that run many examples ----------------------------
 
-#: Per family (its spec module's name): config overrides that make a model small and fast while
-#: keeping the family's structure.  A family missing here falls back to ``img_size=64``.
+#: Per family (its spec module's name): config overrides (or cfg -> overrides) that make a model
+#: small and fast while keeping the family's structure.  A family missing here falls back to
+#: ``img_size=64``.
 SMALL_OVERRIDES = {
     "vit": dict(depth=1, img_size=32),
     "cait": dict(depth=1, depth_token_only=1, img_size=32),
+    # one block per scale; CoaT (not Lite) keeps one parallel block
+    "coat": lambda cfg: dict(serial_depths=(1, 1, 1, 1), img_size=64,
+                             parallel_depth=min(cfg.parallel_depth, 1)),
 }
 
 
@@ -50,7 +60,8 @@ def small_kwargs(name: str) -> dict:
     the 8×8 digits configs keep their size."""
     spec = get_spec(name)
     cfg = spec.config()
-    kwargs = dict(SMALL_OVERRIDES.get(spec.family.module, {}))
+    small = SMALL_OVERRIDES.get(spec.family.module, {})
+    kwargs = dict(small(cfg) if callable(small) else small)
     if cfg.img_size == (8, 8):
         kwargs.pop("img_size", None)
     else:

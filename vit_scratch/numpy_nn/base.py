@@ -1,9 +1,11 @@
 """The interface every NumPy model of the library answers, written once.
 
 A family's NumPy model subclasses :class:`ModelBase`, sets ``param_shapes`` (its spec's
-``{key: shape}`` table) and provides ``forward_features``, ``forward_intermediates`` and
-``get_attention_maps``, each starting with ``images = self.prepare_images(images)`` (the input
-checks and dtype policy of ``vit_scratch.checks``, the same as the PyTorch room's).  Attribute and method names are those of the PyTorch room
+``{key: shape}`` table; ``shared_keys`` too if some keys name one tensor, as in CoaT) and
+provides ``forward_features``, ``forward_intermediates`` and ``get_attention_maps``, each starting
+with ``images = self.prepare_images(images)`` (the input checks and dtype policy of
+``vit_scratch.checks``, the same as the PyTorch room's).  Attribute and method names are those of
+the PyTorch room
 (``vit_scratch.interface``); the NumPy room is inference only, so it has no classifier reset
 and no weight-decay list.
 """
@@ -44,12 +46,15 @@ class ModelBase:
     Images follow the same policy as in the PyTorch room (``prepare_images``)."""
 
     param_shapes = None  # cfg -> {key: shape}: the family spec's table
+    shared_keys = None  # cfg -> groups of keys that are one tensor (None: every key is its own)
     num_prefix_tokens = 1
 
     def __init__(self, cfg, params: dict, name: str | None = None):
         name = name or type(self).__name__
         what = f"params for {name}"
         params = as_params(params, what)
+        if type(self).shared_keys is not None:
+            params = fill_shared_keys(params, type(self).shared_keys(cfg), what)
         checks.check_params(params, type(self).param_shapes(cfg), what)
         dtype = checks.check_param_dtypes({k: v.dtype.name for k, v in params.items()}, what)
         self.cfg = cfg
@@ -89,7 +94,7 @@ class ModelBase:
     def forward_head(self, features: np.ndarray, pre_logits: bool = False) -> np.ndarray:
         """Pool, then classify: (B, num_classes), or (B, num_features) with ``pre_logits`` or
         without a head."""
-        x = self.pool(np.asarray(features))
+        x = self.pool(features)
         checks.check_last_dim(x.shape, self.num_features, "pooled features")
         if pre_logits or not self.num_classes:
             return x
@@ -112,3 +117,24 @@ class ModelBase:
     def get_attention_grids(self, images: np.ndarray) -> list[np.ndarray]:
         """Per attention layer, (B, heads, gh, gw) on the patch grid, ready to draw."""
         return [self.attention_grid(w) for w in self.get_attention_maps(images)]
+
+
+def fill_shared_keys(params: dict, groups, what: str = "params") -> dict:
+    """Fill in the aliases of shared tensors: for each group of keys that name one tensor,
+    every key missing from ``params`` gets the array of a key that is there.  So a state_dict
+    with its aliases (``model.state_dict()``) and one without (a de-duplicated checkpoint file)
+    both work.  Aliases given with different values are a ``ValueError``."""
+    params = dict(params)
+    for group in groups:
+        present = [k for k in group if k in params]
+        if not present:
+            continue  # the shape check reports the missing keys
+        first = params[present[0]]
+        for k in present[1:]:
+            if params[k] is not first and (params[k].shape != first.shape
+                                           or not np.array_equal(params[k], first)):
+                raise ValueError(f"{what}: {k} and {present[0]} name one shared tensor but hold "
+                                 f"different values")
+        for k in group:
+            params.setdefault(k, first)
+    return params
