@@ -10,6 +10,7 @@ variable set, since timm reads it once, at import.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,10 +78,22 @@ def test_timm_fused_attn_0_changes_nothing_of_ours(tmp_path):
         np.testing.assert_array_equal(np.load(out), ours(x).numpy())
 
 
-def test_the_library_reads_no_environment_variable():
+#: Environment variables the library may read: the NumPy room's thread count (which changes
+#: the speed, not the result -- tests/test_coat.py checks any thread count gives the same logits).
+ALLOWED_ENV = {"OMP_NUM_THREADS"}
+
+
+def test_the_library_reads_no_other_environment_variable():
+    pattern = re.compile(r"""(?:os\.environ(?:\.get)?\s*[\[(]|getenv\()\s*["'](\w+)["']""")
+    read = set()
     for path in PACKAGE.rglob("*.py"):
         text = path.read_text()
-        assert "os.environ" not in text and "getenv" not in text, path
+        names = set(pattern.findall(text))
+        uses = text.count("os.environ") + text.count("getenv(")
+        assert len(pattern.findall(text)) == uses, f"{path}: an environment read by a computed name"
+        read |= names
+        assert "TIMM_" not in text, path
+    assert read <= ALLOWED_ENV, read - ALLOWED_ENV
 
 
 def test_our_attention_never_calls_attn_drop():
