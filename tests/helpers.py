@@ -5,6 +5,7 @@ import numpy as np
 import torch
 
 import vit_scratch
+from vit_scratch.registry import get_spec
 
 
 def timm_names() -> list[str]:
@@ -38,3 +39,49 @@ def max_abs_diff(a, b) -> float:
     b = b.detach().cpu().numpy() if isinstance(b, torch.Tensor) else np.asarray(b)
     assert a.shape == b.shape, (a.shape, b.shape)
     return float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max())
+
+
+# --- small models of every family, for tests that run many examples ----------------------------
+
+#: Per family (its spec module's name): config overrides (or cfg -> overrides) that make a model
+#: small and fast while keeping the family's structure.  A family missing here falls back to
+#: ``img_size=64``.
+SMALL_OVERRIDES = {
+    "vit": dict(depth=1, img_size=32),
+    "cait": dict(depth=1, depth_token_only=1, img_size=32),
+    # one block per scale; CoaT (not Lite) keeps one parallel block
+    "coat": lambda cfg: dict(serial_depths=(1, 1, 1, 1), img_size=64,
+                             parallel_depth=min(cfg.parallel_depth, 1)),
+}
+
+
+def small_kwargs(name: str) -> dict:
+    """Overrides that build a small, fast model of ``name`` (a smaller image and fewer blocks);
+    the 8×8 digits configs keep their size."""
+    spec = get_spec(name)
+    cfg = spec.config()
+    small = SMALL_OVERRIDES.get(spec.family.module, {})
+    kwargs = dict(small(cfg) if callable(small) else small)
+    if cfg.img_size == (8, 8):
+        kwargs.pop("img_size", None)
+    else:
+        kwargs.setdefault("img_size", 64)
+    return kwargs
+
+
+def one_name_per_family() -> list[str]:
+    """The first registered name of every family (for tests too slow to run on every name)."""
+    seen = {}
+    for name in vit_scratch.list_models():
+        seen.setdefault(get_spec(name).family.module, name)
+    return sorted(seen.values())
+
+
+def small_pair(name: str, seed: int = 0):
+    """A small PyTorch model of ``name`` with random weights (eval mode) and the NumPy model with
+    the same weights."""
+    model = vit_scratch.create_model(name, **small_kwargs(name)).eval()
+    vit_scratch.randomize_weights_(model, seed=seed)
+    np_model = vit_scratch.create_numpy_model(
+        name, vit_scratch.state_dict_to_numpy(model.state_dict()), **small_kwargs(name))
+    return model, np_model

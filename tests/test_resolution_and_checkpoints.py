@@ -160,8 +160,13 @@ def test_shared_modules_save_once_and_load_back(tmp_path):
 
 
 def test_checkpoint_errors(tmp_path):
-    with pytest.raises(ValueError, match="unknown suffix '.npz'"):
+    # The format comes from the file's bytes, not its suffix (issue 10): a missing file is
+    # reported as missing, a file of unknown bytes as what it is not.
+    with pytest.raises(FileNotFoundError, match="x.npz' does not exist"):
         load_checkpoint(nn.Linear(1, 1), tmp_path / "x.npz")
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(CheckpointError, match="neither safetensors, nor a PyTorch file"):
+        load_checkpoint(nn.Linear(1, 1), tmp_path / "notes.txt")
     path = tmp_path / "list.pth"
     torch.save([torch.zeros(1)], path)
     with pytest.raises(CheckpointError, match="not a state_dict"):

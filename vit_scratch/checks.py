@@ -1,25 +1,69 @@
 """Input checks shared by the NumPy room and the PyTorch room.
 
 Both rooms call the same functions, so a learner gets the same message from either:
-a ``ValueError`` that names the parameter and the value, raised before any einsum sees
-a wrong shape.  Every function here takes plain Python values (ints, tuples of ints),
-never arrays, so it imports neither NumPy nor PyTorch.
+a ``ValueError`` that names the parameter, the value and what was expected, raised before any
+einsum sees a wrong shape.  Every function here takes plain Python values (ints, tuples of ints,
+dtype *names*), never arrays, so it imports neither NumPy nor PyTorch.
+
+The layer has four parts, used by every model family:
+
+* **Configs**: :func:`check_config_fields` checks every field of a config dataclass against its
+  annotation (``int``, ``bool``, ``float``, ``int | tuple[int, int]``, ``tuple[int, ...]``,
+  ``Literal[...]``, ``X | None``); ``ConfigMixin.__post_init__`` (``specs/base.py``) calls it
+  before the family's own ``validate()``, which uses :func:`check_int`, :func:`check_float`,
+  :func:`check_probability`, :func:`hidden_width`, :func:`head_dim` and :func:`grid_size`.
+* **Images** (the dtype policy, the same in both rooms; see :func:`check_image_dtype`):
+  a model takes *floating-point* images, normalised with its mean and std.  float16, bfloat16,
+  float32 and float64 images are cast to the model's dtype (the dtype of its parameters);
+  integer (uint8 0-255 included), bool and complex images are refused.  Non-finite values, and
+  values beyond ``MAX_ABS_IMAGE`` (far outside any normalised image, and where float32 LayerNorm
+  starts to overflow), are refused too: see :func:`check_image_values`.
+* **Arrays and tensors given to single functions**: :func:`check_mask`, :func:`check_mask_dtype`,
+  :func:`check_last_dim`, :func:`check_ndim`, :func:`check_qkv`.
+* **Parameters and checkpoints**: :func:`param_mismatch`, :func:`check_params`,
+  :func:`check_param_dtypes` and :func:`mismatch_message` list every missing, unexpected,
+  mis-shaped and mis-typed key at once.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
+import math
+import numbers
+import types
+import typing
 from typing import Sequence
+
+# --- sizes and config values -----------------------------------------------------------------
+
+
+def _got(value, show_type: bool = False) -> str:
+    """``'False' (str)``: the value and, where its type is the surprise, the type."""
+    if (show_type or isinstance(value, (bool, str)) or value is None
+            or not isinstance(value, numbers.Number)):
+        return f"{value!r} ({type(value).__name__})"
+    return repr(value)
+
+
+def _is_int(value) -> bool:
+    """Python or NumPy integers; never bools (``True`` is an ``int`` in Python)."""
+    return isinstance(value, numbers.Integral) and not _is_bool(value)
+
+
+def _is_bool(value) -> bool:
+    return isinstance(value, bool) or (type(value).__name__ in ("bool_", "bool")
+                                       and type(value).__module__ == "numpy")
 
 
 def to_2tuple(value, name: str) -> tuple[int, int]:
     """``224 -> (224, 224)``, ``(224, 160) -> (224, 160)``; anything else is a ``ValueError``."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        pair = (value, value)
-    elif isinstance(value, Sequence) and len(value) == 2 and all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
-    ):
+    if _is_int(value):
+        pair = (int(value), int(value))
+    elif (isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 2
+          and all(_is_int(v) for v in value)):
         pair = (int(value[0]), int(value[1]))
     else:
-        raise ValueError(f"{name} must be an int or a pair (H, W) of ints, got {value!r}")
+        raise ValueError(f"{name} must be an int or a pair (H, W) of ints, got {_got(value)}")
     if min(pair) <= 0:
         raise ValueError(f"{name} must be positive, got {value!r}")
     return pair
@@ -30,10 +74,178 @@ def _show(pair: tuple[int, int]):
     return pair[0] if pair[0] == pair[1] else pair
 
 
+def check_int(value, name: str, minimum: int | None = 1, maximum: int | None = None) -> int:
+    """``value`` as an ``int`` if it is an integer (Python or NumPy, not a bool, not ``4.0``)
+    in ``[minimum, maximum]``; else a ``ValueError`` naming ``name`` and the value."""
+    if minimum == 1 and maximum is None:
+        expected = "a positive int"
+    elif maximum is None:
+        expected = f"an int >= {minimum}" if minimum is not None else "an int"
+    else:
+        expected = f"an int in [{minimum}, {maximum}]"
+    if not _is_int(value):
+        raise ValueError(f"{name} must be {expected}, got {_got(value, show_type=True)}")
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
+    return int(value)
+
+
 def check_positive(value, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    """A positive ``int`` (``ValueError`` otherwise); the shape fields of every config."""
+    return check_int(value, name, 1)
+
+
+def check_bool(value, name: str) -> bool:
+    """``True`` or ``False`` (or a NumPy bool).  ``'False'`` is refused: it is a truthy string."""
+    if not _is_bool(value):
+        raise ValueError(f"{name} must be True or False, got {_got(value, show_type=True)}")
+    return bool(value)
+
+
+def check_float(value, name: str, low: float | None = None, high: float | None = None,
+                low_open: bool = False, high_open: bool = False) -> float:
+    """A finite real number (ints accepted; bools, strings, NaN and inf refused) in the
+    interval ``[low, high]`` (``(low, ...`` with ``low_open``, ``..., high)`` with ``high_open``).
+    Returns it as a Python ``float``."""
+    if low == 0 and low_open and high is None:
+        kind, interval = "a positive number", "positive"
+    elif low is None and high is None:
+        kind, interval = "a finite number", "finite"
+    else:
+        interval = (f"in {'(' if low_open else '['}{'-inf' if low is None else f'{low:g}'}, "
+                    f"{'inf' if high is None else f'{high:g}'}{')' if high_open else ']'}")
+        kind = f"a number {interval}"
+    if _is_bool(value) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be {kind}, got {_got(value)}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    too_low = low is not None and (number <= low if low_open else number < low)
+    too_high = high is not None and (number >= high if high_open else number > high)
+    if too_low or too_high:
+        raise ValueError(f"{name} must be {interval}, got {value!r}")
+    return number
+
+
+def check_probability(value, name: str) -> float:
+    """A dropout-like rate in ``[0, 1)`` (1 would drop everything)."""
+    return check_float(value, name, 0.0, 1.0, high_open=True)
+
+
+def check_positive_float(value, name: str) -> float:
+    return check_float(value, name, 0.0, None, low_open=True)
+
+
+def hidden_width(dim: int, ratio: float, name: str = "mlp_ratio") -> int:
+    """``int(dim * ratio)``: the hidden width of an MLP (timm's rounding), at least 1.
+
+    ``mlp_ratio=0.001`` with ``embed_dim=192`` would give a zero-width MLP, which PyTorch builds
+    without complaint and which silently turns every MLP into its bias."""
+    dim = check_positive(dim, "embed_dim")
+    ratio = check_positive_float(ratio, name)
+    width = int(dim * ratio)
+    if width < 1:
+        raise ValueError(
+            f"{name}={ratio!r} gives an MLP of int({dim} * {ratio!r}) = {width} hidden units; "
+            f"expected {name} >= {1 / dim:.4g} (at least one hidden unit for {dim} channels)"
+        )
+    return width
+
+
+def check_choice(value, name: str, choices: Sequence) -> object:
+    if value not in tuple(choices):
+        raise ValueError(f"{name} must be one of {tuple(choices)!r}, got {_got(value)}")
     return value
+
+
+def _describe(tp) -> str:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is bool:
+        return "True or False"
+    if tp is int:
+        return "an int"
+    if tp is float:
+        return "a finite number"
+    if tp is str:
+        return "a str"
+    if tp is type(None):
+        return "None"
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a tuple of {_describe(args[0]).removeprefix('an ').removeprefix('a ')}s"
+        if len(set(args)) == 1 and args[0] in (int, float):
+            what = _describe(args[0]).removeprefix("an ").removeprefix("a ") + "s"
+            return f"a pair of {what}" if len(args) == 2 else f"a tuple of {len(args)} {what}"
+        return f"a tuple ({', '.join(_describe(a) for a in args)})"
+    if origin is typing.Literal:
+        return f"one of {args!r}"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in args)
+    return getattr(tp, "__name__", str(tp))
+
+
+class _Unchecked(Exception):
+    """An annotation this layer does not know: the family's ``validate()`` checks the field."""
+
+
+def check_value(value, tp, name: str):
+    """``value`` checked against the annotation ``tp`` (and normalised: NumPy scalars become
+    Python ones, lists become tuples).  Annotations it does not know pass unchecked."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is bool:
+        return check_bool(value, name)
+    if tp is int:
+        return check_int(value, name, minimum=None)
+    if tp is float:
+        return check_float(value, name)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{name} must be a str, got {_got(value)}")
+        return value
+    if tp is type(None):
+        if value is not None:
+            raise ValueError(f"{name} must be None, got {_got(value)}")
+        return None
+    if origin is typing.Literal:
+        return check_choice(value, name, args)
+    if origin is tuple:
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            raise ValueError(f"{name} must be {_describe(tp)}, got {_got(value)}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            items = [(v, args[0]) for v in value]
+        elif len(args) != len(value):
+            raise ValueError(f"{name} must be {_describe(tp)}, got {_got(value)}")
+        else:
+            items = list(zip(value, args))
+        return tuple(check_value(v, a, f"{name}[{i}]") for i, (v, a) in enumerate(items))
+    if origin in (typing.Union, types.UnionType):
+        for arm in args:  # the first arm that accepts the value wins
+            try:
+                return check_value(value, arm, name)
+            except ValueError:
+                continue
+        raise ValueError(f"{name} must be {_describe(tp)}, got {_got(value)}")
+    raise _Unchecked(tp)
+
+
+@functools.lru_cache(maxsize=None)
+def _type_hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def check_config_fields(cfg) -> None:
+    """Check every field of the config dataclass ``cfg`` against its type annotation, in place
+    (a frozen dataclass is updated with ``object.__setattr__``).  ``ConfigMixin.__post_init__``
+    calls this for every family, before the family's own ranges (``validate()``)."""
+    hints = _type_hints(type(cfg))
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        try:
+            checked = check_value(value, hints.get(f.name, typing.Any), f.name)
+        except _Unchecked:
+            continue
+        if checked is not value:
+            object.__setattr__(cfg, f.name, checked)
 
 
 def grid_size(img_size, patch_size) -> tuple[int, int]:
@@ -58,6 +270,68 @@ def head_dim(embed_dim: int, num_heads: int) -> int:
             f"each head needs embed_dim / num_heads channels"
         )
     return embed_dim // num_heads
+
+
+# --- images: one dtype policy for both rooms -----------------------------------------------------
+
+#: Floating dtypes a model accepts (cast to the model's own dtype on the way in).
+IMAGE_FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+#: Larger magnitudes are refused: a normalised image lies within about ±3 (±1e4 leaves room for
+#: any sane normalisation), and near 1e19 the float32 LayerNorm variance overflows, after which
+#: every image gets the same logits.
+MAX_ABS_IMAGE = 1e4
+
+
+def dtype_name(dtype) -> str:
+    """``np.float32`` / ``dtype('float32')`` / ``torch.float32`` -> ``'float32'``."""
+    name = getattr(dtype, "name", None) if not isinstance(dtype, str) else dtype
+    return str(name if isinstance(name, str) else dtype).removeprefix("torch.")
+
+
+def check_image_dtype(dtype, name: str = "images") -> str:
+    """The documented input dtype policy, the same in both rooms.
+
+    Models take floating-point images that are already scaled and normalised with the model's
+    mean and std (``vit_scratch.data.normalize`` / ``preprocess``).  float16, bfloat16, float32
+    and float64 pass (the model casts them to its own dtype).  Everything else is a
+    ``ValueError``: a uint8 picture holds 0-255 and would be fed to the model unscaled and
+    unnormalised -- a classic silent mistake -- and bool, integer and complex images have no
+    meaning for the model either.  Returns the dtype's name.
+    """
+    kind = dtype_name(dtype)
+    if kind in IMAGE_FLOAT_DTYPES:
+        return kind
+    if kind == "uint8":
+        raise ValueError(
+            f"{name} have dtype uint8 (0-255 pixels?); the model expects floating-point images "
+            f"scaled to [0, 1] and normalised with its mean and std: use "
+            f"vit_scratch.data.preprocess(image, model) for a picture, or "
+            f"normalize(images / 255.0, model) for a uint8 batch"
+        )
+    raise ValueError(
+        f"{name} have dtype {kind}; the model expects floating-point images "
+        f"({', '.join(IMAGE_FLOAT_DTYPES)}) normalised with its mean and std "
+        f"(vit_scratch.data.normalize)"
+    )
+
+
+def check_image_values(max_abs: float, name: str = "images") -> None:
+    """``max_abs`` = the largest ``|value|`` of a batch (NaN if any value is NaN).
+
+    Refuses NaN, infinities and values beyond ``MAX_ABS_IMAGE``: both rooms would return
+    garbage (NaN logits, or -- from about 1e19 on, where the float32 LayerNorm variance
+    overflows -- the same logits for every image) without any other sign."""
+    if max_abs != max_abs:
+        raise ValueError(f"{name} contain NaN; expected finite, normalised values")
+    if max_abs == math.inf:
+        raise ValueError(f"{name} contain infinite values; expected finite, normalised values")
+    if max_abs > MAX_ABS_IMAGE:
+        raise ValueError(
+            f"{name} reach |value| = {max_abs:.3g}; expected normalised images (about ±3, at most "
+            f"±{MAX_ABS_IMAGE:g}): scale them to [0, 1] and normalise with the model's mean and "
+            f"std (vit_scratch.data.normalize).  Far beyond that, LayerNorm's variance overflows "
+            f"float32 and every image gets the same logits"
+        )
 
 
 def check_images(shape: Sequence[int], in_chans: int | None = None, img_size=None,
@@ -89,6 +363,41 @@ def check_images(shape: Sequence[int], in_chans: int | None = None, img_size=Non
         grid_size((height, width), patch_size)
 
 
+# --- arrays and tensors given to single functions ---------------------------------------------
+
+
+def check_ndim(shape: Sequence[int], ndim: int | Sequence[int], name: str, layout: str) -> None:
+    """``len(shape)`` must be ``ndim`` (or one of them); ``layout`` reads like ``(B, N, C)``."""
+    allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+    if len(shape) not in allowed:
+        raise ValueError(f"{name} must have shape {layout}, got shape {tuple(shape)}")
+
+
+def check_qkv(q_shape: Sequence[int], k_shape: Sequence[int],
+              v_shape: Sequence[int] | None = None) -> None:
+    """q (..., N_q, d), k (..., N_k, d), v (..., N_k, d_v): the shapes attention needs."""
+    q_shape, k_shape = tuple(q_shape), tuple(k_shape)
+    for name, shape in (("q", q_shape), ("k", k_shape), ("v", v_shape)):
+        if shape is not None and len(shape) < 2:
+            raise ValueError(f"{name} must have shape (..., N, d), got shape {tuple(shape)}")
+    if q_shape[-1] != k_shape[-1]:
+        raise ValueError(f"q and k must have the same last dimension d, got q of shape "
+                         f"{q_shape} and k of shape {k_shape}")
+    if v_shape is not None and tuple(v_shape)[-2] != k_shape[-2]:
+        raise ValueError(f"v must have one row per key (N_k = {k_shape[-2]}), got k of shape "
+                         f"{k_shape} and v of shape {tuple(v_shape)}")
+
+
+def check_mask_dtype(dtype, name: str = "mask") -> str:
+    """A mask is boolean (True = may attend) or additive floating-point (0 or -inf).
+    An integer 0/1 mask would be *added* to the scores -- a silent mistake -- so it is refused."""
+    kind = dtype_name(dtype)
+    if kind == "bool" or kind in IMAGE_FLOAT_DTYPES:
+        return kind
+    raise ValueError(f"{name} has dtype {kind}; expected a boolean mask (True = may attend) or "
+                     f"an additive floating-point mask (0 = keep, -inf = masked)")
+
+
 def check_mask(mask_shape: Sequence[int], scores_shape: Sequence[int]) -> None:
     """An attention mask must broadcast to the score tensor (B, h, N_q, N_k)."""
     mask_shape, scores_shape = tuple(mask_shape), tuple(scores_shape)
@@ -106,6 +415,41 @@ def check_last_dim(shape: Sequence[int], expected: int, name: str) -> None:
     """Token tensors are (..., C); a wrong C is named before a matmul fails on it."""
     if len(shape) == 0 or shape[-1] != expected:
         raise ValueError(f"{name} must have last dimension {expected}, got shape {tuple(shape)}")
+
+
+# --- parameters and checkpoints ----------------------------------------------------------------
+
+#: The dtypes the NumPy room computes in (float16/bfloat16 checkpoints: state_dict_to_numpy).
+PARAM_FLOAT_DTYPES = ("float32", "float64")
+
+
+def check_param_dtypes(dtypes: dict[str, str], what: str) -> str:
+    """The NumPy room's parameter policy: every array is float32, or every array is float64
+    (the model computes in that dtype).  ``dtypes`` maps each key to its dtype name.
+
+    int, bool and complex arrays are refused (they would give garbage or complex logits), and
+    so is a mix of float32 and float64 (one float64 array would silently turn the whole model
+    into float64).  Returns the common dtype's name."""
+    bad = {k: d for k, d in dtypes.items() if d not in PARAM_FLOAT_DTYPES}
+    if bad:
+        raise ValueError(mismatch_message(what, [], [], {}, mistyped={
+            k: (d, " or ".join(PARAM_FLOAT_DTYPES)) for k, d in bad.items()}) + (
+            "\n  (convert a state_dict with vit_scratch.state_dict_to_numpy, or cast the arrays "
+            "with .astype(np.float32))"))
+    kinds = sorted(set(dtypes.values()))
+    if len(kinds) > 1:
+        counts = {d: [k for k, v in dtypes.items() if v == d] for d in kinds}
+        fewest = min(counts, key=lambda d: len(counts[d]))
+        keys = counts[fewest]
+        shown = ", ".join(keys[:8]) + (f", ... ({len(keys) - 8} more)" if len(keys) > 8 else "")
+        raise ValueError(
+            f"{what} mix dtypes: "
+            + ", ".join(f"{len(counts[d])} {d}" for d in kinds)
+            + f" arrays ({fewest}: {shown}); expected one dtype for every array (float32 for a "
+            f"checkpoint, float64 for precision tests): cast them, e.g. "
+            f"{{k: v.astype(np.float32) for k, v in params.items()}}"
+        )
+    return kinds[0] if kinds else "float32"
 
 
 def param_mismatch(params: dict, expected: dict[str, tuple[int, ...]]):
@@ -130,8 +474,10 @@ def check_params(
         raise ValueError(mismatch_message(what, missing, unexpected, misshaped))
 
 
-def mismatch_message(what: str, missing, unexpected, misshaped: dict) -> str:
-    """One readable message for missing, unexpected and mis-shaped keys."""
+def mismatch_message(what: str, missing, unexpected, misshaped: dict,
+                     mistyped: dict | None = None) -> str:
+    """One readable message for missing, unexpected, mis-shaped and mis-typed keys
+    (``mistyped`` maps each key to ``(got dtype, expected)``)."""
 
     def short(keys, limit=12):
         keys = list(keys)
@@ -146,6 +492,9 @@ def mismatch_message(what: str, missing, unexpected, misshaped: dict) -> str:
     if misshaped:
         items = [f"{k}: got {g}, expected {e}" for k, (g, e) in misshaped.items()]
         lines.append(f"  mis-shaped keys ({len(items)}): {short(items)}")
+    if mistyped:
+        items = [f"{k}: got {g}, expected {e}" for k, (g, e) in mistyped.items()]
+        lines.append(f"  mis-typed keys ({len(items)}): {short(items)}")
     return "\n".join(lines)
 
 
@@ -154,27 +503,17 @@ def mismatch_message(what: str, missing, unexpected, misshaped: dict) -> str:
 
 def check_num_classes(value) -> int:
     """``num_classes`` is an int >= 0 (0: no head)."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"num_classes must be an int >= 0, got {value!r}")
-    return value
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return check_int(value, "num_classes", minimum=0)
 
 
 def check_positive_number(value, name: str) -> float:
-    """A positive int or float (``mlp_ratio``); NaN is not positive."""
-    if not _is_number(value) or not value > 0:
-        raise ValueError(f"{name} must be positive, got {value!r}")
-    return value
+    """A positive, finite int or float (``mlp_ratio``); NaN is not positive."""
+    return check_positive_float(value, name)
 
 
 def check_rate(value, name: str) -> float:
     """A dropout or drop-path probability in [0, 1)."""
-    if not _is_number(value) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
-    return value
+    return check_probability(value, name)
 
 
 def check_init_values(value, name: str = "init_values") -> float:
@@ -183,7 +522,7 @@ def check_init_values(value, name: str = "init_values") -> float:
     0 is refused on purpose: a LayerScale at 0 gives every weight of its branch a zero gradient
     on the first step (that is ReZero's scalar, ``ScalarGate``), and in timm ``init_values=0``
     silently means "no LayerScale at all"; a negative ε flips the sign of the branch."""
-    if not _is_number(value) or not value > 0:
+    if _is_bool(value) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
         raise ValueError(
             f"{name} must be a positive number (LayerScale's initial per-channel scale, e.g. "
             f"layerscale_init_value(depth)), got {value!r}")
@@ -207,6 +546,9 @@ def check_class_token(cls_shape: Sequence[int], tokens_shape: Sequence[int]) -> 
         raise ValueError(
             f"the class token has batch size {cls_shape[0]} but the patch tokens have "
             f"{tokens_shape[0]} (class token shape {cls_shape}, tokens shape {tokens_shape})")
+
+
+# --- added with CoaT ------------------------------------------------------------------------
 
 
 def check_divisible(size, stride: int, name: str = "img_size", detail: str = "") -> tuple[int, int]:

@@ -72,13 +72,20 @@ def normalize(images: np.ndarray, config=None, *, mean=None, std=None) -> np.nda
             "normalize needs the model's mean and std: normalize(images, model) or "
             "normalize(images, mean=..., std=...) (vit_* weights use 0.5/0.5, deit_* ImageNet's)"
         )
-    images = np.asarray(images, dtype=np.float32)
+    images = np.asarray(images)
+    if images.dtype.kind not in "f":  # uint8 0-255 would come out ~400: refuse it, as the models do
+        checks.check_image_dtype(images.dtype)
+    images = images.astype(np.float32, copy=False)
     shape = (-1, 1, 1)
     mean = np.reshape(np.asarray(mean, dtype=np.float32), shape)
     std = np.reshape(np.asarray(std, dtype=np.float32), shape)
     chans = images.shape[-3] if images.ndim >= 3 else None
-    if chans is not None and mean.shape[0] not in (1, chans):
-        raise ValueError(f"images have {chans} channels but mean has {mean.shape[0]} entries")
+    for name, value in (("mean", mean), ("std", std)):
+        if chans is not None and value.shape[0] not in (1, chans):
+            raise ValueError(f"images have {chans} channels but {name} has {value.shape[0]} "
+                             f"entries")
+    if not (np.isfinite(std).all() and (std > 0).all()):
+        raise ValueError(f"std must be positive and finite, got {std.ravel().tolist()}")
     return (images - mean) / std
 
 

@@ -1,19 +1,31 @@
 """Weights: load and save checkpoints safely, convert them for the NumPy room, randomise them.
 
-``load_checkpoint(model, path)`` takes what people actually download:
+``load_checkpoint(model, path)`` takes what people actually download.  The format is read from
+the file's first bytes, not from its name (a safetensors file called ``.pth`` loads):
 
-* ``.safetensors`` (timm / Hugging Face), read with ``safetensors`` -- no code runs;
-* ``.pth`` / ``.pt`` / ``.bin`` / ``.ckpt`` read with ``torch.load(weights_only=True)`` -- tensors
-  and plain containers only, never pickled code;
+* safetensors (timm / Hugging Face), read with ``safetensors`` -- no code runs;
+* PyTorch files (``torch.save``, zip or legacy) read with ``torch.load(weights_only=True)`` --
+  tensors and plain containers only, never pickled code (a file that holds anything else is
+  refused with :class:`UnsafeCheckpointError`);
+* NumPy ``.npz`` archives of arrays (read with ``allow_pickle=False``);
 * a ``{"model": state_dict}`` or ``{"state_dict": ...}`` wrapper (how the official DeiT and CaiT
-  releases ship) and ``module.`` prefixes (left by ``DataParallel``/DDP);
-* a position embedding trained at another resolution (resized to the model's patch grid).
+  releases and most training scripts ship), ``module.`` prefixes (left by ``DataParallel``/DDP)
+  and ``_orig_mod.`` prefixes (left by ``torch.compile``);
+* a position embedding trained at another resolution (resized to the model's patch grid; a
+  non-square training grid is read from the file's metadata, or given as ``pos_embed_grid``).
 
-On a mismatch it raises ``CheckpointError`` listing the missing, unexpected and mis-shaped keys.
+An empty file, a folder, a damaged or truncated file, a Git LFS pointer or an HTML page raise
+:class:`CheckpointError` saying so.  On a mismatch it lists the missing, unexpected, mis-shaped
+and mis-typed keys (an integer or complex tensor for a floating-point parameter is mis-typed).
 """
 from __future__ import annotations
 
+import argparse
+import os
+import pickle
+import re
 import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -24,42 +36,184 @@ from . import checks
 
 SAFETENSORS_SUFFIXES = {".safetensors"}
 TORCH_SUFFIXES = {".pth", ".pt", ".bin", ".ckpt"}
+#: Prefixes that wrappers add to every key: DataParallel/DDP and torch.compile.
+WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+#: Metadata key under which ``save_checkpoint`` records the patch grid of the position embedding.
+GRID_METADATA_KEY = "pos_embed_grid"
 
 
 class CheckpointError(ValueError):
-    """A checkpoint whose keys or shapes do not fit the model."""
+    """A checkpoint file that cannot be read, or whose keys, shapes or dtypes do not fit the model."""
+
+
+class UnsafeCheckpointError(CheckpointError, pickle.UnpicklingError):
+    """A PyTorch file that holds Python objects beyond tensors and plain containers.  vit_scratch
+    never unpickles those (that would run code chosen by whoever made the file)."""
+
+
+def _describe_path(path: Path) -> str:
+    return repr(str(path))
+
+
+def checkpoint_format(path) -> str:
+    """``'safetensors'``, ``'torch'`` or ``'npz'``, read from the file's first bytes; a
+    ``CheckpointError`` (or ``FileNotFoundError``) saying what the path is otherwise."""
+    path = Path(path)
+    where = _describe_path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint file {where} does not exist")
+    if path.is_dir():
+        found = sorted(p.name for p in path.iterdir()
+                       if p.suffix.lower() in SAFETENSORS_SUFFIXES | TORCH_SUFFIXES | {".npz"})
+        hint = (f"; it holds {', '.join(found)}: pass one of those files" if found
+                else "; expected a .safetensors or .pth file")
+        raise CheckpointError(f"checkpoint path {where} is a folder, not a file{hint}")
+    size = path.stat().st_size
+    if size == 0:
+        raise CheckpointError(f"checkpoint file {where} is empty (0 bytes): an interrupted "
+                              f"download or save?")
+    with open(path, "rb") as f:
+        head = f.read(64)
+    if head.startswith(b"PK\x03\x04"):  # a zip archive: torch.save's format, or NumPy's .npz
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+        except zipfile.BadZipFile:
+            raise CheckpointError(f"checkpoint file {where} is a damaged or truncated zip "
+                                  f"archive ({size} bytes)") from None
+        if any(n.endswith("data.pkl") for n in names):
+            return "torch"
+        if names and all(n.endswith(".npy") for n in names):
+            return "npz"
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        raise CheckpointError(f"checkpoint file {where} is a zip archive but neither a PyTorch "
+                              f"checkpoint nor a NumPy .npz (it holds: {shown or 'nothing'})")
+    if len(head) >= 9:
+        header_len = int.from_bytes(head[:8], "little")
+        if head[8:9] == b"{" and 2 <= header_len <= size - 8:
+            return "safetensors"
+        if head[8:9] == b"{":
+            raise CheckpointError(f"checkpoint file {where} looks like a truncated safetensors "
+                                  f"file (its header announces {header_len} bytes, the file has "
+                                  f"{size})")
+    if head[:1] == b"\x80":  # a pickle protocol opcode: torch.save's legacy format
+        return "torch"
+    if head.startswith(b"version https://git-lfs"):
+        raise CheckpointError(f"checkpoint file {where} is a Git LFS pointer, not the weights: "
+                              f"fetch them with `git lfs pull`")
+    if head.lstrip()[:1] == b"<":
+        raise CheckpointError(f"checkpoint file {where} is an HTML or XML page, not weights "
+                              f"(a failed download?)")
+    raise CheckpointError(f"checkpoint file {where} is neither safetensors, nor a PyTorch "
+                          f"file, nor a NumPy .npz (it starts with {head[:16]!r})")
+
+
+def _torch_load(path: Path):
+    """``torch.load(weights_only=True)``, with its errors told plainly (and without its advice
+    to retry with ``weights_only=False``, which would run whatever code the file holds)."""
+    where = _describe_path(path)
+    try:
+        # argparse.Namespace (the "args" of DeiT-style training checkpoints) only sets
+        # attributes when unpickled, so it is allowed next to tensors and containers.
+        # An open file, not the path: torch.load picks a reader by the suffix of a path.
+        with torch.serialization.safe_globals([argparse.Namespace]), open(path, "rb") as f:
+            return torch.load(f, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 -- re-raised with a plain message
+        text = str(err)
+        if "Weights only load failed" in text and "GLOBAL" in text:
+            found = re.findall(r"GLOBAL ([\w.]+)", text)
+            what = f" (the first of them: {found[0]})" if found else ""
+            raise UnsafeCheckpointError(
+                f"checkpoint file {where} holds Python objects besides tensors and plain "
+                f"containers{what}; vit_scratch reads PyTorch files with weights_only=True and "
+                f"never runs code from a file.  Where the model lives, save just its weights: "
+                f"vit_scratch.save_checkpoint(model, 'weights.safetensors')"
+            ) from None
+        raise CheckpointError(f"checkpoint file {where} is a damaged or truncated PyTorch file "
+                              f"({type(err).__name__}: {text.splitlines()[0][:200] if text else ''})"
+                              ) from None
+
+
+def read_metadata(path) -> dict[str, str]:
+    """The string metadata of a safetensors file (``{}`` for other formats)."""
+    if checkpoint_format(path) != "safetensors":
+        return {}
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return dict(f.metadata() or {})
 
 
 def read_state_dict(path) -> dict[str, torch.Tensor]:
     """Read a checkpoint file into a flat ``{key: tensor}`` on the CPU (see module docstring)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"path must be a str or a path, got {type(path).__name__}")
     path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix in SAFETENSORS_SUFFIXES:
+    fmt = checkpoint_format(path)
+    if fmt == "safetensors":
         from safetensors.torch import load_file
 
-        obj = load_file(str(path), device="cpu")
-    elif suffix in TORCH_SUFFIXES:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            obj = load_file(str(path), device="cpu")
+        except Exception as err:  # noqa: BLE001
+            raise CheckpointError(f"checkpoint file {_describe_path(path)} is a damaged "
+                                  f"safetensors file ({err})") from None
+    elif fmt == "npz":
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                obj = {k: torch.from_numpy(np.ascontiguousarray(archive[k])) for k in archive.files}
+        except Exception as err:  # noqa: BLE001
+            raise CheckpointError(f"checkpoint file {_describe_path(path)} is a damaged .npz "
+                                  f"archive ({err})") from None
     else:
-        raise ValueError(
-            f"checkpoint path {str(path)!r} has an unknown suffix {suffix!r}; expected one of "
-            f"{sorted(SAFETENSORS_SUFFIXES | TORCH_SUFFIXES)}"
-        )
-    return unwrap_state_dict(obj)
+        obj = _torch_load(path)
+    return unwrap_state_dict(obj, where=f"checkpoint file {_describe_path(path)}")
 
 
-def unwrap_state_dict(obj) -> dict[str, torch.Tensor]:
-    """``{"model": sd}`` / ``{"state_dict": sd}`` -> sd, and ``module.x`` -> ``x``."""
+def strip_wrapper_prefixes(key: str) -> str:
+    """``module._orig_mod.blocks.0...`` -> ``blocks.0...`` (DDP and torch.compile wrappers)."""
+    while key.startswith(WRAPPER_PREFIXES):
+        for prefix in WRAPPER_PREFIXES:
+            key = key.removeprefix(prefix)
+    return key
+
+
+def unwrap_state_dict(obj, where: str = "checkpoint") -> dict[str, torch.Tensor]:
+    """``{"model": sd}`` / ``{"state_dict": sd}`` -> sd; ``module.x`` / ``_orig_mod.x`` -> ``x``."""
     for key in ("model", "state_dict"):
         if isinstance(obj, dict) and isinstance(obj.get(key), dict):
             obj = obj[key]
             break
-    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{where} holds a {type(obj).__name__}, not a state_dict (a dict "
+                              f"of tensors) nor a dict holding one under 'model' or 'state_dict'")
+    others = [k for k, v in obj.items() if not isinstance(v, torch.Tensor)]
+    if others or not obj:
+        shown = ", ".join(map(repr, others[:6])) + (", ..." if len(others) > 6 else "")
         raise CheckpointError(
-            "checkpoint is not a state_dict (a dict of tensors), nor a dict holding one under "
-            "'model' or 'state_dict'"
-        )
-    return {k.removeprefix("module."): v for k, v in obj.items()}
+            f"{where} is not a state_dict (a dict of tensors), nor a dict holding one under "
+            f"'model' or 'state_dict'" + (f"; these entries are not tensors: {shown}" if others
+                                         else "; it is empty"))
+    out = {}
+    for k, v in obj.items():
+        name = strip_wrapper_prefixes(str(k))
+        if name in out:
+            raise CheckpointError(f"{where} holds {name!r} twice (with and without a wrapper "
+                                  f"prefix {WRAPPER_PREFIXES})")
+        out[name] = v
+    return out
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The module inside ``torch.compile`` (``_orig_mod``) and DataParallel/DDP (``module``)
+    wrappers, whose state_dict keys are the model's own."""
+    while True:
+        if isinstance(getattr(model, "_orig_mod", None), nn.Module):
+            model = model._orig_mod
+        elif isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+            model = model.module
+        else:
+            return model
 
 
 def shared_keys(model: nn.Module) -> list[list[str]]:
@@ -71,30 +225,64 @@ def shared_keys(model: nn.Module) -> list[list[str]]:
     return [keys for keys in groups.values() if len(keys) > 1]
 
 
-def load_checkpoint(model: nn.Module, path, strict: bool = True) -> nn.Module:
+def _mistyped(state_dict: dict, own: dict) -> dict:
+    """Keys whose tensor cannot stand for the model's: an integer, bool or complex tensor for a
+    floating-point parameter (a quantised or corrupted file), or a float for an integer buffer."""
+    out = {}
+    for k, v in state_dict.items():
+        if k in own and tuple(v.shape) == tuple(own[k].shape):
+            if own[k].is_floating_point() and not v.is_floating_point():
+                out[k] = (checks.dtype_name(v.dtype), "a floating-point dtype")
+            elif not own[k].is_floating_point() and v.dtype != own[k].dtype:
+                out[k] = (checks.dtype_name(v.dtype), checks.dtype_name(own[k].dtype))
+    return out
+
+
+def load_checkpoint(model: nn.Module, path, strict: bool = True,
+                    pos_embed_grid=None) -> nn.Module:
     """Load the checkpoint at ``path`` into ``model`` and return the model.
 
     With ``strict=False`` the keys that fit are loaded and the rest is reported in a warning
     (e.g. fine-tuning an ImageNet checkpoint with a new ``num_classes``: everything but the head).
+    ``pos_embed_grid=(rows, cols)`` is the patch grid the checkpoint's position embedding was
+    trained on, needed only for a non-square grid from a file that does not record it (files
+    written by ``save_checkpoint`` do).  A ``torch.compile``d or DDP-wrapped model loads too.
     """
+    if not isinstance(model, nn.Module):
+        raise ValueError(
+            f"model must be a torch.nn.Module, got {type(model).__name__}; for the NumPy room "
+            f"read the file and build the model from it: vit_scratch.create_numpy_model(name, "
+            f"vit_scratch.state_dict_to_numpy(vit_scratch.read_state_dict(path)))")
+    strict = checks.check_bool(strict, "strict")
+    if pos_embed_grid is not None:
+        pos_embed_grid = checks.to_2tuple(pos_embed_grid, "pos_embed_grid")
+    target = unwrap_model(model)
     state_dict = read_state_dict(path)
-    if hasattr(model, "adapt_state_dict"):
-        state_dict = model.adapt_state_dict(state_dict)
-    for group in shared_keys(model):
+    if pos_embed_grid is None:
+        recorded = read_metadata(path).get(GRID_METADATA_KEY)
+        if recorded:
+            pos_embed_grid = tuple(int(n) for n in recorded.split(","))
+    if hasattr(target, "adapt_state_dict"):
+        state_dict = (target.adapt_state_dict(state_dict) if pos_embed_grid is None else
+                      target.adapt_state_dict(state_dict, pos_embed_grid=pos_embed_grid))
+    for group in shared_keys(target):
         present = [k for k in group if k in state_dict]
         for k in group:
             if present and k not in state_dict:
                 state_dict[k] = state_dict[present[0]]
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    own = target.state_dict()
+    expected = {k: tuple(v.shape) for k, v in own.items()}
     missing, unexpected, misshaped = checks.param_mismatch(state_dict, expected)
-    if missing or unexpected or misshaped:
-        message = checks.mismatch_message(f"checkpoint {str(path)!r} for {type(model).__name__}",
-                                          missing, unexpected, misshaped)
+    mistyped = _mistyped(state_dict, own)
+    if missing or unexpected or misshaped or mistyped:
+        message = checks.mismatch_message(f"checkpoint {str(path)!r} for {type(target).__name__}",
+                                          missing, unexpected, misshaped, mistyped)
         if strict:
             raise CheckpointError(message)
         warnings.warn(message + "\n(loaded the rest: strict=False)", stacklevel=2)
-        state_dict = {k: v for k, v in state_dict.items() if k in expected and k not in misshaped}
-    model.load_state_dict(state_dict, strict=strict)
+        state_dict = {k: v for k, v in state_dict.items()
+                      if k in expected and k not in misshaped and k not in mistyped}
+    target.load_state_dict(state_dict, strict=strict)
     return model
 
 
@@ -102,22 +290,39 @@ def save_checkpoint(model_or_state_dict, path) -> None:
     """Save weights as ``.safetensors`` (recommended) or a ``.pth`` state_dict.
 
     Tensors shared under several keys are stored once (safetensors refuses shared memory);
-    ``load_checkpoint`` restores the aliases from the model's own structure.
+    ``load_checkpoint`` restores the aliases from the model's own structure.  Wrapper prefixes
+    (``_orig_mod.`` of ``torch.compile``, ``module.`` of DDP) are not saved.  A safetensors file
+    records the position embedding's patch grid in its metadata, so that a non-square grid is
+    resized correctly on load.
     """
-    sd = (model_or_state_dict.state_dict() if isinstance(model_or_state_dict, nn.Module)
-          else dict(model_or_state_dict))
+    if isinstance(model_or_state_dict, nn.Module):
+        model = unwrap_model(model_or_state_dict)
+        sd = model.state_dict()
+    elif isinstance(model_or_state_dict, dict):
+        model, sd = None, dict(model_or_state_dict)
+    else:
+        raise ValueError(f"model_or_state_dict must be an nn.Module or a dict of tensors, got "
+                         f"{type(model_or_state_dict).__name__}")
+    bad = [k for k, v in sd.items() if not isinstance(v, torch.Tensor)]
+    if bad:
+        raise ValueError(f"save_checkpoint saves tensors only; these entries are not: "
+                         f"{', '.join(map(repr, bad[:6]))}")
     seen, unique = set(), {}
     for key, t in sd.items():
         ident = (t.data_ptr(), t.dtype, tuple(t.shape))
         if ident not in seen:
             seen.add(ident)
-            unique[key] = t.detach().cpu().contiguous()
+            unique[strip_wrapper_prefixes(key)] = t.detach().cpu().contiguous()
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"path must be a str or a path, got {type(path).__name__}")
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix in SAFETENSORS_SUFFIXES:
         from safetensors.torch import save_file
 
-        save_file(unique, str(path))
+        grid = getattr(getattr(model, "patch_embed", None), "grid_size", None)
+        metadata = {GRID_METADATA_KEY: f"{grid[0]},{grid[1]}"} if grid else None
+        save_file(unique, str(path), metadata=metadata)
     elif suffix in TORCH_SUFFIXES:
         torch.save(unique, path)
     else:
@@ -126,12 +331,20 @@ def save_checkpoint(model_or_state_dict, path) -> None:
 
 def state_dict_to_numpy(state_dict: dict, dtype=None) -> dict[str, np.ndarray]:
     """``{key: tensor}`` -> ``{key: ndarray}`` for the NumPy room (bf16/fp16 become float32)."""
+    if isinstance(state_dict, nn.Module):
+        state_dict = unwrap_model(state_dict).state_dict()
+    if not isinstance(state_dict, dict):
+        raise ValueError(f"state_dict must be a dict of tensors (model.state_dict()), got "
+                         f"{type(state_dict).__name__}")
     out = {}
     for key, t in state_dict.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"state_dict[{key!r}] is a {type(t).__name__}, not a tensor")
         t = t.detach().cpu()
         if t.dtype in (torch.bfloat16, torch.float16):
             t = t.float()
-        out[key] = t.numpy() if dtype is None else t.numpy().astype(dtype)
+        # keys as the model names them (a compiled or DDP model's state_dict has prefixes)
+        out[strip_wrapper_prefixes(key)] = t.numpy() if dtype is None else t.numpy().astype(dtype)
     return out
 
 
@@ -144,6 +357,9 @@ def randomize_weights_(model: nn.Module, seed: int = 0, std: float = 0.02,
     Norm weights become 1 + N(0, norm_std²), norm biases N(0, norm_std²), everything else
     N(0, std²).  Deterministic for a given seed and parameter order.
     """
+    seed = checks.check_int(seed, "seed", minimum=0)
+    std = checks.check_float(std, "std", 0.0, None)
+    norm_std = checks.check_float(norm_std, "norm_std", 0.0, None)
     gen = torch.Generator().manual_seed(seed)
     norm_weights = {id(m.weight) for m in model.modules()
                     if isinstance(m, nn.LayerNorm) and m.weight is not None}

@@ -1,12 +1,17 @@
 """The interface every NumPy model of the library answers, written once.
 
 A family's NumPy model subclasses :class:`ModelBase`, sets ``param_shapes`` (its spec's
-``{key: shape}`` table; ``shared_keys`` too if some keys name one tensor, as in CoaT) and provides ``forward_features``, ``forward_intermediates`` and
-``get_attention_maps``.  Attribute and method names are those of the PyTorch room
+``{key: shape}`` table; ``shared_keys`` too if some keys name one tensor, as in CoaT) and
+provides ``forward_features``, ``forward_intermediates`` and ``get_attention_maps``, each starting
+with ``images = self.prepare_images(images)`` (the input checks and dtype policy of
+``vit_scratch.checks``, the same as the PyTorch room's).  Attribute and method names are those of
+the PyTorch room
 (``vit_scratch.interface``); the NumPy room is inference only, so it has no classifier reset
 and no weight-decay list.
 """
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -14,11 +19,31 @@ from .. import checks, interface
 from .layers import linear
 
 
+def as_params(params, what: str) -> dict[str, np.ndarray]:
+    """``params`` as ``{key: ndarray}``, or a ``ValueError`` saying what it is instead."""
+    advice = ("a dict of NumPy arrays keyed like the PyTorch state_dict "
+              "(vit_scratch.state_dict_to_numpy(model.state_dict()))")
+    if not isinstance(params, Mapping):
+        raise ValueError(f"{what} must be {advice}, got {type(params).__name__}")
+    out = {}
+    for key, value in params.items():
+        if not isinstance(key, str):
+            raise ValueError(f"{what} must be keyed by str, got the key {key!r}")
+        if type(value).__module__.startswith("torch"):
+            raise ValueError(f"{what}[{key!r}] is a {type(value).__name__}; expected {advice}")
+        try:
+            out[key] = np.asarray(value)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{what}[{key!r}] is not an array ({err}); expected {advice}") from None
+    return out
+
+
 class ModelBase:
     """A forward pass in NumPy, driven by ``params``: ``{state_dict key: array}``.
 
-    Everything is computed in the params' floating dtype (float32 for a checkpoint, float64 for
-    the precision tests)."""
+    Everything is computed in the params' dtype: every array float32 (a checkpoint) or every
+    array float64 (the precision tests); anything else is refused (``checks.check_param_dtypes``).
+    Images follow the same policy as in the PyTorch room (``prepare_images``)."""
 
     param_shapes = None  # cfg -> {key: shape}: the family spec's table
     shared_keys = None  # cfg -> groups of keys that are one tensor (None: every key is its own)
@@ -26,16 +51,41 @@ class ModelBase:
 
     def __init__(self, cfg, params: dict, name: str | None = None):
         name = name or type(self).__name__
-        params = {k: np.asarray(v) for k, v in params.items()}
+        what = f"params for {name}"
+        params = as_params(params, what)
         if type(self).shared_keys is not None:
-            params = fill_shared_keys(params, type(self).shared_keys(cfg), f"params for {name}")
-        checks.check_params(params, type(self).param_shapes(cfg), f"params for {name}")
+            params = fill_shared_keys(params, type(self).shared_keys(cfg), what)
+        checks.check_params(params, type(self).param_shapes(cfg), what)
+        dtype = checks.check_param_dtypes({k: v.dtype.name for k, v in params.items()}, what)
         self.cfg = cfg
         self.name = name
         self.params = params
-        self.dtype = np.result_type(*params.values(), np.float32)
+        self.dtype = np.dtype(dtype)
         self.num_classes = cfg.num_classes
         self.pretrained_cfg: dict = {}  # set by vit_scratch.create_numpy_model
+
+    def check_image_size(self, shape) -> None:
+        """(B, C, H, W) with C = ``in_chans`` and (H, W) = ``img_size``: a position embedding
+        fixes the size.  A family that takes other sizes (CoaT: any multiple of its stride)
+        overrides this, in both rooms."""
+        checks.check_images(shape, self.cfg.in_chans, self.cfg.img_size)
+
+    def prepare_images(self, images) -> np.ndarray:
+        """Check a batch (B, C, H, W) before it enters the model and cast it to the model's dtype.
+
+        The policy of ``vit_scratch.checks``, the same as the PyTorch room's: floating-point
+        images (float16, float32, float64) are cast to the params' dtype; integer (uint8
+        included), bool and complex images are refused, and so are NaN, infinite and huge
+        (> ``checks.MAX_ABS_IMAGE``) values.  A torch tensor is refused too (``.numpy()`` it)."""
+        if type(images).__module__.startswith("torch"):
+            raise ValueError(f"images is a {type(images).__name__}; the NumPy model takes NumPy "
+                             f"arrays: images.detach().cpu().numpy()")
+        images = np.asarray(images)
+        checks.check_image_dtype(images.dtype)
+        self.check_image_size(images.shape)
+        if images.size:
+            checks.check_image_values(float(np.abs(images).max()))
+        return images.astype(self.dtype, copy=False)
 
     def pool(self, features: np.ndarray) -> np.ndarray:
         """forward_features' output -> (B, num_features): the class token."""
@@ -45,6 +95,7 @@ class ModelBase:
         """Pool, then classify: (B, num_classes), or (B, num_features) with ``pre_logits`` or
         without a head."""
         x = self.pool(features)
+        checks.check_last_dim(x.shape, self.num_features, "pooled features")
         if pre_logits or not self.num_classes:
             return x
         return linear(x, self.params["head.weight"], self.params["head.bias"])

@@ -48,10 +48,8 @@ class Cait(ModelBase):
 
     def embed(self, images: np.ndarray) -> np.ndarray:
         """images (B, C, H, W) -> patch tokens with their positions (B, N, C)."""
-        cfg, p = self.cfg, self.params
-        images = np.asarray(images)
-        checks.check_images(images.shape, cfg.in_chans, cfg.img_size, cfg.patch_size)
-        x = patch_embed(images.astype(self.dtype, copy=False),
+        p = self.params
+        x = patch_embed(self.prepare_images(images),
                         p["patch_embed.proj.weight"], p["patch_embed.proj.bias"])  # (B, N, C)
         return x + p["pos_embed"]
 

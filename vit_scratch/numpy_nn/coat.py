@@ -91,9 +91,15 @@ class CoaT(ModelBase):
         self.parallel_blocks = [sub_params(p, f"parallel_blocks.{n}.")
                                 for n in range(cfg.parallel_depth)]
 
-    def grid_sizes(self, images: np.ndarray) -> list[tuple[int, int]]:
-        """Check a batch of images and return its four token grids."""
-        checks.check_images(images.shape, self.cfg.in_chans)
+    def check_image_size(self, shape) -> None:
+        """(B, in_chans, H, W) with H and W any multiple of the total stride: CoaT has no
+        position embedding tied to one size (``prepare_images`` calls this)."""
+        checks.check_images(shape, self.cfg.in_chans)
+        self.cfg.grid_sizes(tuple(shape[-2:]))
+
+    def grid_sizes(self, images) -> list[tuple[int, int]]:
+        """Check a batch of images and return its four token grids (rows, cols)."""
+        self.check_image_size(images.shape)
         return self.cfg.grid_sizes(tuple(images.shape[-2:]))
 
     def _scales(self, images: np.ndarray, last: int = 3, records: list | None = None):
@@ -102,8 +108,8 @@ class CoaT(ModelBase):
 
         The batch is split over ``layers.num_threads()`` threads (images are independent; see
         ``layers.split_batch``), except when attention records are collected."""
-        images = np.asarray(images)
-        sizes = self.grid_sizes(images)  # checked here, before any thread starts
+        images = self.prepare_images(images)  # checked and cast here, before any thread starts
+        sizes = self.grid_sizes(images)
         if records is not None:
             return self._run(images, sizes, last, records), sizes
         parts = split_batch(lambda chunk: self._run(chunk, sizes, last), images)

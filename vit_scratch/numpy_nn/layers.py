@@ -28,7 +28,13 @@ def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) ->
     The leading axes are folded into one so BLAS sees a single (M, C_in) @ (C_in, C_out)
     product instead of a batch of small ones.
     """
+    x, weight = np.asarray(x), np.asarray(weight)
+    checks.check_ndim(weight.shape, 2, "linear weight", "(C_out, C_in)")
     checks.check_last_dim(x.shape, weight.shape[1], "linear input")
+    if bias is not None:
+        bias = np.asarray(bias)
+        checks.check_ndim(bias.shape, 1, "linear bias", f"(C_out,) = ({weight.shape[0]},)")
+        checks.check_last_dim(bias.shape, weight.shape[0], "linear bias")
     y = x.reshape(-1, x.shape[-1]) @ weight.T
     if bias is not None:
         y += bias
@@ -42,11 +48,26 @@ def layer_norm(
 
     x: (..., C), weight/bias: (C,)  ->  (..., C)
     y = (x - mean) / sqrt(var + eps) * weight + bias, with the biased variance (divide by C).
+
+    A token whose variance overflows its dtype (float32 deviations beyond ~1e19) would be
+    normalised to 0 -- every such token the same -- so it raises a ``ValueError`` instead
+    (``torch.nn.LayerNorm`` returns the bias silently; the models refuse such inputs first).
     """
+    x = np.asarray(x)
+    for name, p in (("layer_norm weight", weight), ("layer_norm bias", bias)):
+        checks.check_ndim(np.shape(p), 1, name, "(C,)")
     checks.check_last_dim(x.shape, weight.shape[0], "layer_norm input")
+    checks.check_last_dim(bias.shape, weight.shape[0], "layer_norm bias")
     mean = x.mean(axis=-1, keepdims=True)
     centered = x - mean
-    var = np.mean(centered * centered, axis=-1, keepdims=True)
+    with np.errstate(over="ignore"):
+        var = np.mean(centered * centered, axis=-1, keepdims=True)
+    if np.isposinf(var).any():
+        big = float(np.abs(x[np.isfinite(x)]).max(initial=0.0))
+        raise ValueError(
+            f"layer_norm input reaches |value| = {big:.3g}: the variance of a token overflows "
+            f"{var.dtype}, which would normalise it to 0; expected values well below "
+            f"{math.sqrt(np.finfo(var.dtype).max / x.shape[-1]):.3g}")
     y = centered * (1.0 / np.sqrt(var + eps))
     y *= weight
     y += bias
@@ -113,14 +134,21 @@ def gelu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     blocks, not tokens: every element gets exactly the same arithmetic.
     """
     x = np.asarray(x)
+    if x.dtype.kind not in "biuf":
+        raise ValueError(f"gelu input must be real numbers, got dtype {x.dtype}")
+    dtype = np.result_type(x, np.float32)
     if out is None:
-        out = np.empty_like(x, dtype=np.result_type(x, np.float32))
+        out = np.empty(x.shape, dtype=dtype)  # C order, whatever x's memory order
+    elif not isinstance(out, np.ndarray) or out.shape != x.shape:
+        raise ValueError(f"gelu: out must be an array of x's shape {x.shape}, got "
+                         f"{getattr(out, 'shape', type(out).__name__)}")
     if x.dtype != np.float32:
         out[...] = 0.5 * x * (1.0 + scipy.special.erf(x * (1.0 / math.sqrt(2.0))))
         return out
-    if not out.flags.c_contiguous:
-        raise ValueError("gelu: out must be C-contiguous")
-    x_flat = np.ascontiguousarray(x).reshape(-1)
+    if not out.flags.c_contiguous:  # e.g. out=x for a Fortran-order x: compute, then copy
+        out[...] = gelu(x)
+        return out
+    x_flat = np.ascontiguousarray(x).reshape(-1)  # a copy only if x is not C-contiguous
     out_flat = out.reshape(-1)  # a view of out
     for start in range(0, x_flat.size, _GELU_BLOCK):
         xb = x_flat[start:start + _GELU_BLOCK]
@@ -137,14 +165,24 @@ def softmax(x: np.ndarray, axis: int = -1, out: np.ndarray | None = None) -> np.
 
     Subtracting the maximum first changes nothing mathematically (softmax(x) = softmax(x - c))
     but keeps exp() from overflowing: exp(1000) is inf, exp(1000 - 1000) is 1.
-    Entries equal to -inf (masked out) get weight 0.  ``out=x`` works in place.
+    Entries equal to -inf (masked out) get weight 0; a row that is -inf everywhere (nothing
+    may be attended to) gets weight 0 everywhere, not 0/0 = nan.  ``out=x`` works in place.
     """
     x = np.asarray(x)
+    if x.dtype.kind == "c":
+        raise ValueError(f"softmax input must be real numbers, got dtype {x.dtype}")
     if not np.issubdtype(x.dtype, np.floating):
         x = x.astype(np.float64)
-    out = np.subtract(x, np.max(x, axis=axis, keepdims=True), out=out)  # every entry <= 0
+    if out is not None and (not isinstance(out, np.ndarray) or out.shape != x.shape):
+        raise ValueError(f"softmax: out must be an array of x's shape {x.shape}, got "
+                         f"{getattr(out, 'shape', type(out).__name__)}")
+    peak = np.max(x, axis=axis, keepdims=True)
+    peak[np.isneginf(peak)] = 0.0  # an all -inf row: exp(-inf - 0) = 0 everywhere
+    out = np.subtract(x, peak, out=out)  # every entry <= 0
     np.exp(out, out=out)
-    out /= np.sum(out, axis=axis, keepdims=True)
+    total = np.sum(out, axis=axis, keepdims=True)
+    total[total == 0] = 1.0  # an all-zero row stays 0
+    out /= total
     return out
 
 

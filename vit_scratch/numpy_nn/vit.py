@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import checks, interface
+from .. import interface
 from ..specs.vit import ViTConfig, vit_param_shapes
 from .attention import multi_head_attention
 from .base import ModelBase
@@ -51,10 +51,8 @@ class VisionTransformer(ModelBase):
 
     def embed(self, images: np.ndarray) -> np.ndarray:
         """images (B, C, H, W) -> tokens (B, 1 + N, C) with class token and positions."""
-        cfg, p = self.cfg, self.params
-        images = np.asarray(images)
-        checks.check_images(images.shape, cfg.in_chans, cfg.img_size, cfg.patch_size)
-        x = patch_embed(images.astype(self.dtype, copy=False),
+        p = self.params
+        x = patch_embed(self.prepare_images(images),
                         p["patch_embed.proj.weight"], p["patch_embed.proj.bias"])  # (B, N, C)
         return add_class_token(x, p["cls_token"]) + p["pos_embed"]  # (B, 1 + N, C)
 

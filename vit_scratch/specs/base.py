@@ -13,7 +13,11 @@ The factory finds spec modules on its own, so adding a family edits neither ``mo
 
 Every family's config is a frozen dataclass that has at least the fields ``img_size``,
 ``in_chans`` and ``num_classes`` (the trainer sets those from the data) and mixes in
-:class:`ConfigMixin` for ``replace``.
+:class:`ConfigMixin` for ``replace`` and validation: ``ConfigMixin.__post_init__`` checks every
+field against its type annotation (``vit_scratch.checks.check_config_fields``: ``qkv_bias='False'``,
+``depth=2.0``, ``mlp_ratio=float('nan')`` are ``ValueError``s naming the field), then calls the
+family's ``validate()`` for ranges and consistency (written with the helpers of
+``vit_scratch.checks``).  A family config defines ``validate``, not ``__post_init__``.
 """
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ import importlib
 import math
 from dataclasses import dataclass, field
 from typing import Callable
+
+from .. import checks
 
 # Normalisation constants of the reference checkpoints (timm's names for them).
 IMAGENET_DEFAULT_MEAN = (0.485, 0.456, 0.406)  # DeiT, CaiT, CoaT
@@ -47,7 +53,22 @@ def check_fields(cls, kwargs: dict) -> dict:
 
 
 class ConfigMixin:
-    """``replace(**changes)`` for a frozen config dataclass; unknown names are a ``TypeError``."""
+    """Validation and ``replace(**changes)`` for a frozen config dataclass.
+
+    On construction every field is checked against its annotation (and NumPy scalars become
+    Python ones), then ``validate()`` -- the family's ranges -- runs.  Unknown names given to
+    ``replace`` are a ``TypeError``."""
+
+    def __post_init__(self):
+        checks.check_config_fields(self)
+        self.validate()
+
+    def validate(self) -> None:
+        """Ranges and consistency of the family's fields; raise ``ValueError`` naming the field.
+        The common fields are checked here; a family extends this (calling ``super()``)."""
+        checks.to_2tuple(self.img_size, "img_size")
+        checks.check_positive(self.in_chans, "in_chans")
+        checks.check_int(self.num_classes, "num_classes", minimum=0)
 
     def replace(self, **changes):
         return dataclasses.replace(self, **check_fields(type(self), changes))

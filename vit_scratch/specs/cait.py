@@ -94,26 +94,24 @@ class CaitConfig(ConfigMixin):
     attn_drop_rate: float = 0.0  # dropout on the self-attention weights
     drop_path_rate: float = 0.0  # stochastic depth of each self-attention block
 
-    def __post_init__(self):
+    def validate(self):
         checks.check_positive(self.patch_size, "patch_size")
         checks.grid_size(self.img_size, self.patch_size)  # the error shows img_size as given
         object.__setattr__(self, "img_size", checks.to_2tuple(self.img_size, "img_size"))
-        checks.check_positive(self.in_chans, "in_chans")
-        checks.check_num_classes(self.num_classes)
+        super().validate()  # in_chans, num_classes
         checks.check_positive(self.depth, "depth")
-        if (not isinstance(self.depth_token_only, int) or isinstance(self.depth_token_only, bool)
-                or self.depth_token_only < 1):
+        if self.depth_token_only < 1:
             raise ValueError(
                 f"depth_token_only must be an int >= 1 (CaiT needs at least one class-attention "
                 f"block to read the patch tokens into the class token), got "
                 f"{self.depth_token_only!r}")
-        checks.check_positive_number(self.mlp_ratio, "mlp_ratio")
-        checks.check_positive_number(self.mlp_ratio_token_only, "mlp_ratio_token_only")
+        checks.head_dim(self.embed_dim, self.num_heads)
+        checks.hidden_width(self.embed_dim, self.mlp_ratio, "mlp_ratio")
+        checks.hidden_width(self.embed_dim, self.mlp_ratio_token_only, "mlp_ratio_token_only")
         if self.init_values is not None:
             checks.check_init_values(self.init_values)
         for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
-            checks.check_rate(getattr(self, name), name)
-        checks.head_dim(self.embed_dim, self.num_heads)
+            checks.check_probability(getattr(self, name), name)
 
     @property
     def layer_scale_init(self) -> float:
@@ -135,11 +133,12 @@ class CaitConfig(ConfigMixin):
 
     @property
     def mlp_hidden(self) -> int:
-        return int(self.embed_dim * self.mlp_ratio)
+        return checks.hidden_width(self.embed_dim, self.mlp_ratio)  # int(embed_dim * mlp_ratio)
 
     @property
     def mlp_hidden_token_only(self) -> int:
-        return int(self.embed_dim * self.mlp_ratio_token_only)
+        return checks.hidden_width(self.embed_dim, self.mlp_ratio_token_only,
+                                   "mlp_ratio_token_only")
 
 
 def layerscale_block_param_shapes(C: int, hidden: int, num_heads: int, qkv_bias: bool = True,

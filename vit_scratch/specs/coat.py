@@ -79,13 +79,11 @@ class CoaTConfig(ConfigMixin):
     proj_drop_rate: float = 0.0  # dropout after the attention projection and in the MLPs
     drop_path_rate: float = 0.0  # stochastic depth, the same rate in every block (as the reference)
 
-    def __post_init__(self):
+    def validate(self):
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
+        super().validate()  # img_size, in_chans, num_classes (the field types are checked already)
         checks.check_positive(self.patch_size, "patch_size")
-        checks.check_positive(self.in_chans, "in_chans")
         checks.check_positive(self.num_heads, "num_heads")
-        if not isinstance(self.num_classes, int) or self.num_classes < 0:
-            raise ValueError(f"num_classes must be an int >= 0, got {self.num_classes!r}")
         set_("embed_dims", _four(self.embed_dims, "embed_dims"))
         set_("serial_depths", _four(self.serial_depths, "serial_depths"))
         set_("mlp_ratios", _four(self.mlp_ratios, "mlp_ratios", kind=float))
@@ -96,11 +94,9 @@ class CoaTConfig(ConfigMixin):
                                  f"(embed_dims={self.embed_dims!r})")
         if any(d < 0 for d in self.serial_depths):
             raise ValueError(f"serial_depths must be >= 0, got {self.serial_depths!r}")
-        if any(r <= 0 for r in self.mlp_ratios):
-            raise ValueError(f"mlp_ratios must be positive, got {self.mlp_ratios!r}")
-        if isinstance(self.parallel_depth, bool) or not isinstance(self.parallel_depth, int) \
-                or self.parallel_depth < 0:
-            raise ValueError(f"parallel_depth must be an int >= 0, got {self.parallel_depth!r}")
+        for s, (dim, ratio) in enumerate(zip(self.embed_dims, self.mlp_ratios)):
+            checks.hidden_width(dim, ratio, f"mlp_ratios[{s}]")  # positive, >= 1 hidden unit
+        checks.check_int(self.parallel_depth, "parallel_depth", minimum=0)
         if self.parallel_depth and not (self.embed_dims[1] == self.embed_dims[2] == self.embed_dims[3]):
             raise ValueError(
                 f"parallel_depth={self.parallel_depth} needs equal embed_dims at scales 2-4 (the "
@@ -110,13 +106,10 @@ class CoaTConfig(ConfigMixin):
             raise ValueError(
                 f"parallel_depth={self.parallel_depth} needs equal mlp_ratios at scales 2-4 (one MLP "
                 f"is shared by the three scales), got mlp_ratios={self.mlp_ratios!r}")
-        if self.parallel_mode not in PARALLEL_MODES:
-            raise ValueError(f"parallel_mode must be one of {PARALLEL_MODES}, got {self.parallel_mode!r}")
+        checks.check_choice(self.parallel_mode, "parallel_mode", PARALLEL_MODES)
         set_("crpe_window", checks.check_window_heads(self.crpe_window, self.num_heads))
         for name in ("drop_rate", "proj_drop_rate", "drop_path_rate"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+            checks.check_probability(getattr(self, name), name)
         set_("img_size", checks.check_divisible(self.img_size, self.total_stride, "img_size",
                                                 self.stride_detail))
 

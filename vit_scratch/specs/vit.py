@@ -42,22 +42,16 @@ class ViTConfig(ConfigMixin):
     attn_drop_rate: float = 0.0  # dropout on attention weights
     drop_path_rate: float = 0.0  # stochastic depth, linearly increasing over blocks
 
-    def __post_init__(self):
+    def validate(self):
         checks.check_positive(self.patch_size, "patch_size")
         checks.grid_size(self.img_size, self.patch_size)  # the error shows img_size as given
-        size = checks.to_2tuple(self.img_size, "img_size")
-        object.__setattr__(self, "img_size", size)
-        checks.check_positive(self.in_chans, "in_chans")
+        object.__setattr__(self, "img_size", checks.to_2tuple(self.img_size, "img_size"))
+        super().validate()  # in_chans, num_classes
         checks.check_positive(self.depth, "depth")
-        if not isinstance(self.num_classes, int) or self.num_classes < 0:
-            raise ValueError(f"num_classes must be an int >= 0, got {self.num_classes!r}")
-        if self.mlp_ratio <= 0:
-            raise ValueError(f"mlp_ratio must be positive, got {self.mlp_ratio!r}")
-        for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {value!r}")
         checks.head_dim(self.embed_dim, self.num_heads)
+        checks.hidden_width(self.embed_dim, self.mlp_ratio, "mlp_ratio")  # >= 1 hidden unit
+        for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
+            checks.check_probability(getattr(self, name), name)
 
     @property
     def grid_size(self) -> tuple[int, int]:
@@ -74,7 +68,7 @@ class ViTConfig(ConfigMixin):
 
     @property
     def mlp_hidden(self) -> int:
-        return int(self.embed_dim * self.mlp_ratio)
+        return checks.hidden_width(self.embed_dim, self.mlp_ratio)  # int(embed_dim * mlp_ratio)
 
 
 def vit_param_shapes(cfg: ViTConfig) -> dict[str, tuple[int, ...]]:

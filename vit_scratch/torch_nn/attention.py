@@ -22,10 +22,12 @@ def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | Non
     the convention of ``F.scaled_dot_product_attention``.  A query that may attend to nothing
     gets all-zero weights, as in the fused kernel (and its gradient stays finite).
     """
+    checks.check_qkv(q.shape, k.shape)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     scores = (q * scale) @ k.transpose(-2, -1)
     if mask is None:
         return scores.softmax(dim=-1)
+    checks.check_mask_dtype(mask.dtype)
     checks.check_mask(mask.shape, scores.shape)
     if mask.dtype == torch.bool:
         scores = scores.masked_fill(~mask, float("-inf"))  # returns a new tensor
@@ -38,9 +40,13 @@ def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | Non
 def scaled_dot_product_attention(q, k, v, mask=None, scale=None, dropout_p: float = 0.0,
                                  return_attention: bool = False):
     """softmax(q kᵀ / √d) v for (..., N, d) tensors; fused unless the weights are requested."""
+    checks.check_qkv(q.shape, k.shape, v.shape)
     if not return_attention:
         if mask is not None:
+            checks.check_mask_dtype(mask.dtype)
             checks.check_mask(mask.shape, q.shape[:-1] + k.shape[-2:-1])
+            if mask.ndim < 2:  # (N_k,) broadcasts, but the fused kernel wants 2 dims at least
+                mask = mask.reshape((1,) * (2 - mask.ndim) + tuple(mask.shape))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
                                               scale=scale)
     attn = attention_weights(q, k, mask=mask, scale=scale)
@@ -72,6 +78,9 @@ class Attention(RecordsAttention, nn.Module):
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = checks.head_dim(dim, num_heads)
+        checks.check_bool(qkv_bias, "qkv_bias")  # 'False' is a truthy string
+        checks.check_probability(attn_drop, "attn_drop")
+        checks.check_probability(proj_drop, "proj_drop")
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj = nn.Linear(dim, dim)
@@ -141,6 +150,9 @@ class TalkingHeadAttention(RecordsAttention, nn.Module):
         self.num_heads = num_heads
         self.head_dim = checks.head_dim(dim, num_heads)
         self.scale = self.head_dim ** -0.5
+        checks.check_bool(qkv_bias, "qkv_bias")  # 'False' is a truthy string
+        checks.check_probability(attn_drop, "attn_drop")
+        checks.check_probability(proj_drop, "proj_drop")
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj = nn.Linear(dim, dim)

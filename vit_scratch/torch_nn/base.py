@@ -1,7 +1,9 @@
 """The interface every PyTorch model of the library answers (timm's), written once.
 
 A family's model subclasses :class:`ModelBase` and provides ``forward_features`` and
-``forward_intermediates``; it inherits the rest (see ``vit_scratch.interface``):
+``forward_intermediates``, each starting with ``images = self.prepare_images(images)`` (the
+input checks and the dtype policy of ``vit_scratch.checks``, the same as the NumPy room's); it
+inherits the rest (see ``vit_scratch.interface``):
 
     get_classifier(), reset_classifier(n), forward_head(x, pre_logits=False), forward(x),
     no_weight_decay(), get_intermediate_layers(...), get_attention_maps(x),
@@ -14,12 +16,14 @@ the blocks' signatures.
 """
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 
 import torch
 from torch import nn
 
-from .. import interface
+from .. import checks, interface
+from ..weights import CheckpointError
 from .attention import RecordsAttention
 from .layers import trunc_normal_
 from .patch_embed import resize_pos_embed
@@ -53,6 +57,37 @@ class ModelBase(nn.Module):
     def default_cfg(self) -> dict:  # timm's older name for pretrained_cfg
         return self.pretrained_cfg
 
+    # --- the input ------------------------------------------------------------------------------
+    def check_image_size(self, shape) -> None:
+        """(B, C, H, W) with C = ``in_chans`` and (H, W) = ``img_size``: a position embedding
+        fixes the size.  A family that takes other sizes (CoaT: any multiple of its stride)
+        overrides this, in both rooms."""
+        checks.check_images(shape, self.cfg.in_chans, self.cfg.img_size)
+
+    def prepare_images(self, images: torch.Tensor) -> torch.Tensor:
+        """Check a batch (B, C, H, W) before it enters the model and cast it to the model's dtype.
+
+        The policy is ``vit_scratch.checks``' (the NumPy room applies the same): floating-point
+        images (float16, bfloat16, float32, float64) are cast to the dtype of the parameters;
+        integer (uint8 included), bool and complex images are refused, and so are NaN, infinite
+        and huge (> ``checks.MAX_ABS_IMAGE``) values.  The value check reads one number back
+        from the device; it is skipped while ``torch.compile`` traces the model.
+        """
+        if not isinstance(images, torch.Tensor):
+            hint = "; use torch.from_numpy(images)" if type(images).__module__ == "numpy" else ""
+            raise ValueError(f"images must be a torch.Tensor of shape (B, C, H, W), got "
+                             f"{type(images).__name__}{hint}")
+        checks.check_image_dtype(images.dtype)
+        self.check_image_size(images.shape)
+        like = next(self.parameters())
+        if images.device != like.device:
+            raise ValueError(f"images are on {images.device} but the model is on {like.device}; "
+                             f"move them with images.to({str(like.device)!r})")
+        if images.numel() and not torch.compiler.is_compiling():
+            with torch.no_grad():
+                checks.check_image_values(float(images.abs().amax()))
+        return images.to(like.dtype)
+
     # --- the classifier ------------------------------------------------------------------------
     def get_classifier(self) -> nn.Module:
         return self.head
@@ -62,6 +97,7 @@ class ModelBase(nn.Module):
         ``global_pool`` is accepted for timm compatibility; only token pooling is supported."""
         if global_pool not in (None, "token"):
             raise ValueError(f"global_pool must be None or 'token', got {global_pool!r}")
+        num_classes = checks.check_int(num_classes, "num_classes", minimum=0)
         self.cfg = self.cfg.replace(num_classes=num_classes)  # validates num_classes
         self.num_classes = num_classes
         like = next(self.parameters())
@@ -81,6 +117,7 @@ class ModelBase(nn.Module):
 
     def forward_head(self, features: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         x = self.pool(features)
+        checks.check_last_dim(x.shape, self.num_features, "pooled features")
         return x if pre_logits else self.head(x)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -128,14 +165,42 @@ class ModelBase(nn.Module):
         return [self.attention_grid(w) for w in self.get_attention_maps(images)]
 
     # --- checkpoints --------------------------------------------------------------------------
-    def adapt_state_dict(self, state_dict: dict) -> dict:
+    def adapt_state_dict(self, state_dict: dict, pos_embed_grid=None) -> dict:
         """Make a checkpoint fit this model: resize a position embedding trained on another
-        patch grid to ours (``vit_scratch.load_checkpoint`` calls this)."""
+        patch grid to ours (``vit_scratch.load_checkpoint`` calls this).
+
+        ``pos_embed_grid=(rows, cols)`` is the grid the checkpoint was trained on; without it a
+        square grid is assumed (timm's convention), and a non-square one must be given."""
         own = getattr(self, "pos_embed", None)
         pe = state_dict.get("pos_embed")
-        if (isinstance(own, torch.Tensor) and pe is not None and pe.ndim == 3
-                and pe.shape != own.shape and pe.shape[-1] == own.shape[-1]):
-            state_dict = dict(state_dict)
-            state_dict["pos_embed"] = resize_pos_embed(
-                pe, self.patch_embed.grid_size, num_prefix_tokens=self.pos_embed_prefix_tokens)
+        if not (isinstance(own, torch.Tensor) and isinstance(pe, torch.Tensor) and pe.ndim == 3
+                and pe.shape[0] == 1 and pe.shape[-1] == own.shape[-1]):
+            return state_dict  # nothing to resize (a mismatch is reported by load_checkpoint)
+        prefix = self.pos_embed_prefix_tokens
+        n = pe.shape[1] - prefix
+        new_grid = self.patch_embed.grid_size
+        if pos_embed_grid is None:
+            if pe.shape == own.shape:
+                return state_dict
+            side = math.isqrt(max(n, 0))
+            if side * side != n:
+                pairs = [(r, n // r) for r in range(1, n + 1) if n % r == 0 and
+                         max(r, n // r) <= 8 * min(r, n // r)]
+                raise CheckpointError(
+                    f"the checkpoint's pos_embed has {n} grid positions (after {prefix} prefix "
+                    f"token(s)), which is not a square grid, and the file does not record its "
+                    f"grid; pass pos_embed_grid=(rows, cols) to vit_scratch.load_checkpoint: the "
+                    f"img_size / patch_size it was trained at, one of {pairs}")
+            pos_embed_grid = (side, side)
+        pos_embed_grid = checks.to_2tuple(pos_embed_grid, "pos_embed_grid")
+        if pos_embed_grid[0] * pos_embed_grid[1] != n:
+            raise CheckpointError(
+                f"pos_embed_grid={pos_embed_grid} holds {pos_embed_grid[0] * pos_embed_grid[1]} "
+                f"positions, but the checkpoint's pos_embed has {n} (after {prefix} prefix "
+                f"token(s))")
+        if pos_embed_grid == tuple(new_grid):
+            return state_dict
+        state_dict = dict(state_dict)
+        state_dict["pos_embed"] = resize_pos_embed(pe, new_grid, old_grid=pos_embed_grid,
+                                                   num_prefix_tokens=prefix)
         return state_dict

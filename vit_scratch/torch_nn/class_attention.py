@@ -32,7 +32,10 @@ class ClassAttention(RecordsAttention, nn.Module):
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = checks.head_dim(dim, num_heads)
-        self.class_token_in_keys = class_token_in_keys
+        self.class_token_in_keys = checks.check_bool(class_token_in_keys, "class_token_in_keys")
+        checks.check_bool(qkv_bias, "qkv_bias")  # 'False' is a truthy string
+        checks.check_probability(attn_drop, "attn_drop")
+        checks.check_probability(proj_drop, "proj_drop")
         self.q = nn.Linear(dim, dim, bias=qkv_bias)
         self.k = nn.Linear(dim, dim, bias=qkv_bias)
         self.v = nn.Linear(dim, dim, bias=qkv_bias)
@@ -85,7 +88,7 @@ class LayerScaleBlockClassAttn(nn.Module):
                                    proj_drop=drop, class_token_in_keys=class_token_in_keys)
         self.drop_path = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), drop=drop)
+        self.mlp = Mlp(dim, checks.hidden_width(dim, mlp_ratio), drop=drop)
         self.gamma_1 = nn.Parameter(torch.full((dim,), float(init_values)))
         self.gamma_2 = nn.Parameter(torch.full((dim,), float(init_values)))
 

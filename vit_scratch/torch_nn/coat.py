@@ -68,7 +68,7 @@ class SerialBlock(nn.Module):
                                                       proj_drop=proj_drop, shared_crpe=shared_crpe)
         self.drop_path = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), drop=proj_drop)
+        self.mlp = Mlp(dim, checks.hidden_width(dim, mlp_ratio), drop=proj_drop)
 
     def forward(self, x: torch.Tensor, size) -> torch.Tensor:
         x = self.cpe(x, size)
@@ -147,9 +147,15 @@ class CoaT(ModelBase):
                 nn.init.zeros_(m.bias)
 
     # --- the forward pass ---------------------------------------------------------------------
-    def grid_sizes(self, images: torch.Tensor) -> list[tuple[int, int]]:
+    def check_image_size(self, shape) -> None:
+        """(B, in_chans, H, W) with H and W any multiple of the total stride: CoaT has no
+        position embedding tied to one size (``prepare_images`` calls this)."""
+        checks.check_images(shape, self.cfg.in_chans)
+        self.cfg.grid_sizes(tuple(shape[-2:]))
+
+    def grid_sizes(self, images) -> list[tuple[int, int]]:
         """Check a batch of images and return its four token grids (rows, cols)."""
-        checks.check_images(images.shape, self.cfg.in_chans)
+        self.check_image_size(images.shape)
         return self.cfg.grid_sizes(tuple(images.shape[-2:]))
 
     def scale_modules(self, s: int):
@@ -159,6 +165,7 @@ class CoaT(ModelBase):
     def _scales(self, images: torch.Tensor, last: int = 3):
         """Scales 1..last+1 through their serial blocks (then the parallel blocks, when all four
         ran): -> ([x1, x2, x3, x4] tokens before the final norms, their grid sizes)."""
+        images = self.prepare_images(images)  # the checks and dtype policy of vit_scratch.checks
         sizes = self.grid_sizes(images)
         B, x, xs = images.shape[0], images, []
         for s in range(last + 1):

@@ -86,7 +86,8 @@ class ParallelBlock(nn.Module):
         self.drop_path = DropPath(drop_path)
         for s in (2, 3, 4):
             setattr(self, f"norm2{s}", nn.LayerNorm(dims[s - 1], eps=LAYER_NORM_EPS))
-        self.mlp2 = self.mlp3 = self.mlp4 = Mlp(dims[1], int(dims[1] * mlp_ratios[1]), drop=proj_drop)
+        self.mlp2 = self.mlp3 = self.mlp4 = Mlp(dims[1], checks.hidden_width(dims[1], mlp_ratios[1]),
+                                                  drop=proj_drop)
 
     def scale_modules(self, s: int):
         """(norm1s, factoratt_crpes, norm2s, mlps) of scale s (2, 3 or 4)."""

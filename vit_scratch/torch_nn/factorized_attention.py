@@ -65,6 +65,8 @@ class FactorAttnConvRelPosEnc(RecordsAttention, nn.Module):
         self.num_heads = num_heads
         self.head_dim = checks.head_dim(dim, num_heads)
         self.scale = self.head_dim ** -0.5
+        checks.check_bool(qkv_bias, "qkv_bias")  # 'False' is a truthy string
+        checks.check_probability(proj_drop, "proj_drop")
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)

@@ -87,7 +87,7 @@ class ResidualBlock(nn.Module):
         self.ls1 = _scale(kind, dim, init_values)
         self.drop_path1 = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS) if norm else nn.Identity()
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), drop=drop)
+        self.mlp = Mlp(dim, checks.hidden_width(dim, mlp_ratio), drop=drop)
         self.ls2 = _scale(kind, dim, init_values)
         self.drop_path2 = DropPath(drop_path)
 
@@ -122,7 +122,7 @@ class LayerScaleBlock(nn.Module):
                                proj_drop=drop)
         self.drop_path = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), drop=drop)
+        self.mlp = Mlp(dim, checks.hidden_width(dim, mlp_ratio), drop=drop)
         self.gamma_1 = nn.Parameter(torch.full((dim,), float(init_values)))
         self.gamma_2 = nn.Parameter(torch.full((dim,), float(init_values)))
 

@@ -23,14 +23,17 @@ class PatchEmbed(nn.Module):
                  embed_dim: int = 768):
         super().__init__()
         self.img_size = checks.to_2tuple(img_size, "img_size")
-        self.patch_size = patch_size
-        self.in_chans = in_chans
+        self.patch_size = checks.check_positive(patch_size, "patch_size")
+        self.in_chans = checks.check_positive(in_chans, "in_chans")
+        checks.check_positive(embed_dim, "embed_dim")
         self.grid_size = checks.grid_size(self.img_size, patch_size)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size, stride=patch_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        checks.check_image_dtype(x.dtype)  # floats only (vit_scratch.checks' policy) ...
         checks.check_images(x.shape, self.in_chans, self.img_size, self.patch_size)
+        x = x.to(self.proj.weight.dtype)  # ... cast to the layer's dtype
         return self.proj(x).flatten(2).transpose(1, 2)  # (B, E, gh, gw) -> (B, N, E)
 
 
@@ -46,6 +49,9 @@ def resize_pos_embed(pos_embed, new_grid, old_grid=None, num_prefix_tokens: int 
     float32).  Use the same function for a model's ``img_size`` change and in
     ``vit_scratch.load_checkpoint``.
     """
+    checks.check_choice(mode, "mode", ("bicubic", "bilinear", "nearest", "area"))
+    antialias = checks.check_bool(antialias, "antialias") and mode in ("bicubic", "bilinear")
+    num_prefix_tokens = checks.check_int(num_prefix_tokens, "num_prefix_tokens", minimum=0)
     as_numpy = isinstance(pos_embed, np.ndarray)
     pe = torch.from_numpy(pos_embed) if as_numpy else pos_embed
     if pe.ndim != 3 or pe.shape[0] != 1:
@@ -67,7 +73,7 @@ def resize_pos_embed(pos_embed, new_grid, old_grid=None, num_prefix_tokens: int 
         prefix, grid = pe[:, :num_prefix_tokens], pe[:, num_prefix_tokens:]
         grid = rearrange(grid.float(), "1 (h w) c -> 1 c h w", h=old_grid[0], w=old_grid[1])
         grid = F.interpolate(grid, size=new_grid, mode=mode, antialias=antialias,
-                             align_corners=False)
+                             align_corners=False if mode in ("bicubic", "bilinear") else None)
         grid = rearrange(grid, "1 c h w -> 1 (h w) c").to(pe.dtype)
         pe = torch.cat([prefix, grid], dim=1)
     return pe.numpy() if as_numpy else pe

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import interface
+from .. import checks, interface
 from ..specs.base import check_fields
 from ..specs.vit import ViTConfig
 from .attention import Attention
@@ -31,7 +31,7 @@ class Block(nn.Module):
                               proj_drop=drop)
         self.drop_path1 = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), drop=drop)
+        self.mlp = Mlp(dim, checks.hidden_width(dim, mlp_ratio), drop=drop)
         self.drop_path2 = DropPath(drop_path)
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):
@@ -99,7 +99,7 @@ class VisionTransformer(ModelBase):
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, 1 + N, C): patches, class token in front, positions added."""
-        x = self.patch_embed(images)  # (B, N, C)
+        x = self.patch_embed(self.prepare_images(images))  # (B, N, C)
         cls = self.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, C)
         return self.pos_drop(torch.cat([cls, x], dim=1) + self.pos_embed)
 
