@@ -70,8 +70,10 @@ class ModelBase(nn.Module):
         The policy is ``vit_scratch.checks``' (the NumPy room applies the same): floating-point
         images (float16, bfloat16, float32, float64) are cast to the dtype of the parameters;
         integer (uint8 included), bool and complex images are refused, and so are NaN, infinite
-        and huge (> ``checks.MAX_ABS_IMAGE``) values.  The value check reads one number back
-        from the device; it is skipped while ``torch.compile`` traces the model.
+        and huge (> ``checks.MAX_ABS_IMAGE``) values.  The value check runs on CPU tensors
+        only: on a GPU it would read a number back and make the host wait for the device on
+        every forward, so there only the dtype and shape are checked.  It is also skipped while
+        ``torch.compile`` traces the model.
         """
         if not isinstance(images, torch.Tensor):
             hint = "; use torch.from_numpy(images)" if type(images).__module__ == "numpy" else ""
@@ -83,7 +85,7 @@ class ModelBase(nn.Module):
         if images.device != like.device:
             raise ValueError(f"images are on {images.device} but the model is on {like.device}; "
                              f"move them with images.to({str(like.device)!r})")
-        if images.numel() and not torch.compiler.is_compiling():
+        if images.numel() and images.device.type == "cpu" and not torch.compiler.is_compiling():
             with torch.no_grad():
                 checks.check_image_values(float(images.abs().amax()))
         return images.to(like.dtype)
