@@ -74,6 +74,29 @@ class ConfigMixin:
         return dataclasses.replace(self, **check_fields(type(self), changes))
 
 
+class PatchGridMixin:
+    """Derived sizes of a single-scale, patch-based config (ViT, CaiT): it needs the fields
+    ``img_size``, ``patch_size``, ``embed_dim``, ``num_heads`` and ``mlp_ratio``."""
+
+    @property
+    def grid_size(self) -> tuple[int, int]:
+        """Patches along (H, W)."""
+        return checks.grid_size(self.img_size, self.patch_size)
+
+    @property
+    def num_patches(self) -> int:
+        gh, gw = self.grid_size
+        return gh * gw
+
+    @property
+    def head_dim(self) -> int:
+        return self.embed_dim // self.num_heads
+
+    @property
+    def mlp_hidden(self) -> int:
+        return checks.hidden_width(self.embed_dim, self.mlp_ratio)  # int(embed_dim * mlp_ratio), >= 1
+
+
 def num_params(shapes: dict[str, tuple[int, ...]]) -> int:
     """Total number of parameters of a ``{key: shape}`` table (e.g. ``vit_param_shapes(cfg)``).
 

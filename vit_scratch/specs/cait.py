@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .. import checks
 from ..registry import register_model
-from .base import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, ConfigMixin, Family
+from .base import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, ConfigMixin, Family, PatchGridMixin
 from .vit import head_param_shapes, mlp_param_shapes
 
 #: The CaiT paper's initial LayerScale value by depth: (largest depth, ε).
@@ -68,7 +68,7 @@ def check_residual(residual: str) -> tuple[bool, str | None]:
 
 
 @dataclass(frozen=True)
-class CaitConfig(ConfigMixin):
+class CaitConfig(PatchGridMixin, ConfigMixin):
     """Every number that fixes a CaiT's architecture; both rooms read it."""
 
     img_size: int | tuple[int, int] = 224  # (H, W) the position embedding is built for
@@ -117,23 +117,6 @@ class CaitConfig(ConfigMixin):
     def layer_scale_init(self) -> float:
         """The ε every LayerScale vector starts at: ``init_values``, or the paper's rule."""
         return layerscale_init_value(self.depth) if self.init_values is None else self.init_values
-
-    @property
-    def grid_size(self) -> tuple[int, int]:
-        return checks.grid_size(self.img_size, self.patch_size)
-
-    @property
-    def num_patches(self) -> int:
-        gh, gw = self.grid_size
-        return gh * gw
-
-    @property
-    def head_dim(self) -> int:
-        return self.embed_dim // self.num_heads
-
-    @property
-    def mlp_hidden(self) -> int:
-        return checks.hidden_width(self.embed_dim, self.mlp_ratio)  # int(embed_dim * mlp_ratio)
 
     @property
     def mlp_hidden_token_only(self) -> int:

@@ -21,11 +21,12 @@ from .base import (
     IMAGENET_INCEPTION_STD,
     ConfigMixin,
     Family,
+    PatchGridMixin,
 )
 
 
 @dataclass(frozen=True)
-class ViTConfig(ConfigMixin):
+class ViTConfig(PatchGridMixin, ConfigMixin):
     """Every number that fixes a ViT's architecture; both rooms read it."""
 
     img_size: int | tuple[int, int] = 224  # (H, W) the position embedding is built for
@@ -52,23 +53,6 @@ class ViTConfig(ConfigMixin):
         checks.hidden_width(self.embed_dim, self.mlp_ratio, "mlp_ratio")  # >= 1 hidden unit
         for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
             checks.check_probability(getattr(self, name), name)
-
-    @property
-    def grid_size(self) -> tuple[int, int]:
-        return checks.grid_size(self.img_size, self.patch_size)
-
-    @property
-    def num_patches(self) -> int:
-        gh, gw = self.grid_size
-        return gh * gw
-
-    @property
-    def head_dim(self) -> int:
-        return self.embed_dim // self.num_heads
-
-    @property
-    def mlp_hidden(self) -> int:
-        return checks.hidden_width(self.embed_dim, self.mlp_ratio)  # int(embed_dim * mlp_ratio)
 
 
 def vit_param_shapes(cfg: ViTConfig) -> dict[str, tuple[int, ...]]:

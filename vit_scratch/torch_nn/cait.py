@@ -20,7 +20,7 @@ from ..specs.base import check_fields
 from ..specs.cait import CaitConfig
 from .base import ModelBase
 from .class_attention import ClassAttention, LayerScaleBlockClassAttn
-from .layers import LAYER_NORM_EPS, trunc_normal_
+from .layers import LAYER_NORM_EPS, init_weights_, trunc_normal_
 from .layerscale import LayerScaleBlock
 from .patch_embed import PatchEmbed
 
@@ -76,17 +76,10 @@ class Cait(ModelBase):
         vector at ``cfg.layer_scale_init``."""
         trunc_normal_(self.pos_embed, std=0.02)
         trunc_normal_(self.cls_token, std=0.02)
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                trunc_normal_(m.weight, std=0.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, (LayerScaleBlock, LayerScaleBlockClassAttn)):
-                m.gamma_1.fill_(self.cfg.layer_scale_init)
-                m.gamma_2.fill_(self.cfg.layer_scale_init)
+        init_weights_(self)
+        for blk in [*self.blocks, *self.blocks_token_only]:
+            blk.gamma_1.fill_(self.cfg.layer_scale_init)
+            blk.gamma_2.fill_(self.cfg.layer_scale_init)
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> patch tokens with their positions (B, N, C)."""

@@ -32,7 +32,7 @@ from .base import ModelBase, recording_attention
 from .conv_position_encoding import ConvPosEnc, ConvRelPosEnc, tokens_to_image
 from .coscale import ParallelBlock
 from .factorized_attention import FactorAttnConvRelPosEnc
-from .layers import LAYER_NORM_EPS, DropPath, Mlp, trunc_normal_
+from .layers import LAYER_NORM_EPS, DropPath, Mlp, init_weights_, trunc_normal_
 
 PATCH_NORM_EPS = 1e-5  # CoaT's patch-embedding LayerNorms (the token LayerNorms use 1e-6)
 
@@ -137,14 +137,7 @@ class CoaT(ModelBase):
         identity; convolutions keep PyTorch's default (Kaiming-uniform) initialisation."""
         for s in range(1, NUM_SCALES + 1):
             trunc_normal_(getattr(self, f"cls_token{s}"), std=0.02)
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                trunc_normal_(m.weight, std=0.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+        init_weights_(self)
 
     # --- the forward pass ---------------------------------------------------------------------
     def check_image_size(self, shape) -> None:

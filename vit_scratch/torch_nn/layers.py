@@ -71,3 +71,21 @@ def trunc_normal_(tensor: torch.Tensor, std: float = 0.02, bound: float = 2.0) -
         tensor[outside] = tensor.new_empty(int(outside.sum())).normal_(0.0, std)
         outside = tensor.abs() > bound * std
     return tensor
+
+
+@torch.no_grad()
+def init_weights_(module: nn.Module, std: float = 0.02) -> nn.Module:
+    """The transformer recipe for every ``nn.Linear`` and ``nn.LayerNorm`` inside ``module``:
+    weights N(0, std²) truncated at ±2 std (:func:`trunc_normal_`), zero biases, LayerNorms at
+    the identity.  Other layers (convolutions) keep PyTorch's default.  Every family's
+    ``reset_parameters`` starts here and then sets its own tokens and embeddings."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            trunc_normal_(m.weight, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+    return module
+

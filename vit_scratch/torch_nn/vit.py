@@ -16,7 +16,7 @@ from ..specs.base import check_fields
 from ..specs.vit import ViTConfig
 from .attention import Attention
 from .base import ModelBase
-from .layers import LAYER_NORM_EPS, DropPath, Mlp, trunc_normal_
+from .layers import LAYER_NORM_EPS, DropPath, Mlp, init_weights_, trunc_normal_
 from .patch_embed import PatchEmbed
 
 
@@ -88,14 +88,7 @@ class VisionTransformer(ModelBase):
         See :func:`vit_scratch.torch_nn.layers.trunc_normal_` and notebook 01, section 4."""
         trunc_normal_(self.pos_embed, std=0.02)
         nn.init.normal_(self.cls_token, std=1e-6)
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                trunc_normal_(m.weight, std=0.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+        init_weights_(self)
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, 1 + N, C): patches, class token in front, positions added."""
