@@ -147,16 +147,21 @@ class ModelBase(nn.Module):
         """The attention layers whose weights ``get_attention_maps`` returns, in forward order."""
         return [m for m in self.modules() if isinstance(m, RecordsAttention)]
 
-    def get_attention_maps(self, images: torch.Tensor) -> list[torch.Tensor]:
-        """One tensor of attention weights per attention layer (the family documents the shape).
-        Computed explicitly for this call only; the normal forward stays fused."""
+    def recorded_attention(self, images: torch.Tensor) -> list:
+        """Run ``forward_features`` once with recording on, and return what each of
+        ``attention_modules()`` kept (then forget it, so no graph or tensor stays alive)."""
         modules = self.attention_modules()
         with recording_attention(modules):
             self.forward_features(images)
-            maps = [m.recorded for m in modules]
+            records = [m.recorded for m in modules]
         for m in modules:
             m.recorded = None
-        return maps
+        return records
+
+    def get_attention_maps(self, images: torch.Tensor) -> list[torch.Tensor]:
+        """One tensor of attention weights per attention layer (the family documents the shape).
+        Computed explicitly for this call only; the normal forward stays fused."""
+        return self.recorded_attention(images)
 
     def attention_grid(self, weights: torch.Tensor) -> torch.Tensor:
         """One layer's weights -> (B, heads, gh, gw): where the class token looks."""

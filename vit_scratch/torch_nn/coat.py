@@ -28,7 +28,7 @@ from .. import checks, interface
 from ..specs.base import check_fields
 from ..specs.coat import CPE_WINDOW, NUM_SCALES, CoaTConfig, coat_feature_info
 from .attention import RecordsAttention
-from .base import ModelBase, recording_attention
+from .base import ModelBase
 from .conv_position_encoding import ConvPosEnc, ConvRelPosEnc, tokens_to_image
 from .coscale import ParallelBlock
 from .factorized_attention import FactorAttnConvRelPosEnc
@@ -236,15 +236,6 @@ class CoaT(ModelBase):
         then each parallel block's scales 2-4."""
         return super().attention_modules()
 
-    def _records(self, images: torch.Tensor):
-        modules = self.attention_modules()
-        with recording_attention(modules):
-            self.forward_features(images)
-            records = [m.recorded for m in modules]
-        for m in modules:
-            m.recorded = None
-        return records
-
     def get_attention_maps(self, images: torch.Tensor, view: str = "class") -> list[torch.Tensor]:
         """One tensor per factorized-attention layer: ``view="class"`` (B, h, 1, N), the class
         token's implicit attention row d^-½ q_cls softmax(K)ᵀ (its output is exactly this row
@@ -252,7 +243,7 @@ class CoaT(ModelBase):
         cross-attention variant, the within-scale term."""
         interface.check_attention_view(view)
         return [interface.factorized_attention_map(r.key_softmax, r.class_query, view)
-                for r in self._records(images)]
+                for r in self.recorded_attention(images)]
 
     def get_attention_grids(self, images: torch.Tensor, view: str = "class") -> list[torch.Tensor]:
         """One (B, h, H_s, W_s) grid per factorized-attention layer, on its scale's token grid,
@@ -261,7 +252,7 @@ class CoaT(ModelBase):
         return [interface.factorized_attention_grid(
                     interface.factorized_attention_map(r.key_softmax, r.class_query, view),
                     r.size, view)
-                for r in self._records(images)]
+                for r in self.recorded_attention(images)]
 
     # --- checkpoints --------------------------------------------------------------------------
     def adapt_state_dict(self, state_dict: dict) -> dict:
