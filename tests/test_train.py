@@ -251,3 +251,16 @@ def test_evaluate_counts_every_image():
     assert math.isclose(result["loss"], expected, rel_tol=1e-5)
     assert result["accuracy"] == (logits.argmax(-1) == labels).sum().item() / 7
     assert np.isfinite(result["loss"])
+
+
+def test_any_image_label_dataset_trains():
+    """The trainer takes any (image, label) datasets, e.g. torchvision's."""
+    gen = torch.Generator().manual_seed(0)
+    labels = torch.arange(64) % 4
+    images = torch.randn(64, 3, 8, 8, generator=gen) + labels[:, None, None, None]  # separable
+    data = torch.utils.data.TensorDataset(images, labels)
+    cfg = tiny_config(None, data="my tensors", model_kwargs=dict(TINY, in_chans=3), epochs=2,
+                      batch_size=16)
+    result = train(cfg, datasets=(data, data), log=lambda *_: None)
+    assert result["model"].num_classes == 4  # one more than the largest label
+    assert result["history"][-1]["train_loss"] < result["history"][0]["train_loss"]

@@ -171,15 +171,17 @@ def resolve_precision(precision: str, device: torch.device) -> torch.dtype | Non
     return torch.bfloat16 if precision == "bf16" else None  # bf16 on the CPU works, slowly
 
 
-def check_config(cfg: TrainConfig) -> None:
+def check_config(cfg: TrainConfig, own_data: bool = False) -> None:
     """Every field of ``cfg`` that can be checked without building anything; a ``ValueError``
-    naming the option and the value otherwise."""
+    naming the option and the value otherwise.  ``own_data``: the caller brings the datasets
+    (``cfg.data`` is then only their name)."""
     get_config(cfg.model)  # unknown names list the known ones
     try:
         get_config(cfg.model, **{k: v for k, v in cfg.model_kwargs.items() if k != "num_classes"})
     except TypeError as error:  # an unknown field: say which option it came from
         raise ValueError(f"--model-arg: {error}") from None
-    check_data(cfg.data)
+    if not own_data:
+        check_data(cfg.data)
     for name in ("epochs", "batch_size"):
         value = getattr(cfg, name)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -375,6 +377,18 @@ def init_from(model, path) -> None:
         load_checkpoint(model, path)
 
 
+def class_names(dataset) -> list[str]:
+    """``dataset.classes``, or ``["0", ..., str(max label)]`` read from ``.targets`` or from the
+    dataset itself."""
+    classes = getattr(dataset, "classes", None)
+    if classes:
+        return [str(c) for c in classes]
+    labels = getattr(dataset, "targets", None)
+    if labels is None:
+        labels = [int(dataset[i][1]) for i in range(len(dataset))]
+    return [str(c) for c in range(int(max(int(y) for y in labels)) + 1)]
+
+
 def _save_atomic(write, path: Path) -> None:
     """Write to a temporary file next to ``path``, then rename: a crash never leaves half a file."""
     tmp = path.with_name(f".tmp-{path.name}")
@@ -407,15 +421,20 @@ def _json_ready(value):
 # --- the run ----------------------------------------------------------------------------------
 
 def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False, log=print,
-          on_epoch_end=None) -> dict:
+          on_epoch_end=None, datasets=None) -> dict:
     """Check ``cfg``, build the data and the model, train, save as it goes; returns a dict with
     ``model`` (the trained model), ``history``, ``test_accuracy``, ``train_seconds``,
     ``cpu_seconds``, ``params``, ``out``.
 
     ``resume=True`` continues the unfinished run in ``cfg.out`` exactly where its last saved
     epoch ended; ``overwrite=True`` replaces a run there.  ``on_epoch_end(epoch, record)`` is
-    called after each epoch has been saved.  ``cfg.out=None`` trains without saving."""
-    check_config(cfg)
+    called after each epoch has been saved.  ``cfg.out=None`` trains without saving.
+
+    ``datasets=(train_set, test_set)``: any PyTorch datasets of ``(image, label)`` pairs, images
+    already shaped as the model expects (e.g. torchvision's, with your own transforms); then
+    ``cfg.data`` only names them.  The model gets ``len(train_set.classes)`` classes if the
+    dataset has ``.classes``, else one more than the largest label."""
+    check_config(cfg, own_data=datasets is not None)
     out = Path(cfg.out) if cfg.out is not None else None
     if out is not None:
         replace = check_out(out, resume, overwrite) != "empty" and overwrite
@@ -443,9 +462,12 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False, log=p
     # The data, shaped as the model's pretrained_cfg says; then the model, with its classes.
     spec = get_spec(cfg.model)
     pretrained_cfg = spec.pretrained_cfg_for(spec.config(**cfg.model_kwargs))
-    train_set, test_set = make_datasets(cfg.data, pretrained_cfg, cfg.test_fraction,
-                                        cfg.split_seed)
-    classes = list(getattr(train_set, "classes", []))
+    if datasets is None:
+        train_set, test_set = make_datasets(cfg.data, pretrained_cfg, cfg.test_fraction,
+                                            cfg.split_seed)
+    else:
+        train_set, test_set = datasets
+    classes = class_names(train_set)
     if resume and classes != saved_classes:
         raise ValueError(f"--resume: the data's classes {classes} are not the run's "
                          f"{saved_classes}")
