@@ -147,3 +147,63 @@ def mismatch_message(what: str, missing, unexpected, misshaped: dict) -> str:
         items = [f"{k}: got {g}, expected {e}" for k, (g, e) in misshaped.items()]
         lines.append(f"  mis-shaped keys ({len(items)}): {short(items)}")
     return "\n".join(lines)
+
+
+# --- shared by the model families' configs and modules (added with CaiT) -----------------------
+
+
+def check_num_classes(value) -> int:
+    """``num_classes`` is an int >= 0 (0: no head)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"num_classes must be an int >= 0, got {value!r}")
+    return value
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_positive_number(value, name: str) -> float:
+    """A positive int or float (``mlp_ratio``); NaN is not positive."""
+    if not _is_number(value) or not value > 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return value
+
+
+def check_rate(value, name: str) -> float:
+    """A dropout or drop-path probability in [0, 1)."""
+    if not _is_number(value) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+    return value
+
+
+def check_init_values(value, name: str = "init_values") -> float:
+    """LayerScale's initial value ε: a positive number (CaiT: ``layerscale_init_value(depth)``).
+
+    0 is refused on purpose: a LayerScale at 0 gives every weight of its branch a zero gradient
+    on the first step (that is ReZero's scalar, ``ScalarGate``), and in timm ``init_values=0``
+    silently means "no LayerScale at all"; a negative ε flips the sign of the branch."""
+    if not _is_number(value) or not value > 0:
+        raise ValueError(
+            f"{name} must be a positive number (LayerScale's initial per-channel scale, e.g. "
+            f"layerscale_init_value(depth)), got {value!r}")
+    return value
+
+
+def check_class_token(cls_shape: Sequence[int], tokens_shape: Sequence[int]) -> None:
+    """A class token (B, 1, C) that joins patch tokens (B, N, C): one token, the same batch,
+    the same width."""
+    cls_shape, tokens_shape = tuple(cls_shape), tuple(tokens_shape)
+    if len(tokens_shape) != 3:
+        raise ValueError(f"tokens must have shape (B, N, C), got shape {tokens_shape}")
+    if len(cls_shape) != 3 or cls_shape[1] != 1:
+        raise ValueError(f"the class token must have shape (B, 1, C), got shape {cls_shape}")
+    if cls_shape[2] != tokens_shape[2]:
+        raise ValueError(
+            f"the class token has width {cls_shape[2]} but the patch tokens have "
+            f"{tokens_shape[2]} channels (class token shape {cls_shape}, tokens shape "
+            f"{tokens_shape})")
+    if cls_shape[0] != tokens_shape[0]:
+        raise ValueError(
+            f"the class token has batch size {cls_shape[0]} but the patch tokens have "
+            f"{tokens_shape[0]} (class token shape {cls_shape}, tokens shape {tokens_shape})")

@@ -6,7 +6,12 @@ float64 out, so the tests can compare with PyTorch near machine precision.
 
     layers        linear, layer_norm, erf, gelu, softmax, mlp
     patch_embed   patchify, unpatchify, patch_embed, add_class_token, sin-cos position embeddings
-    attention     scaled_dot_product_attention, split_heads, merge_heads, multi_head_attention
+    attention     scaled_dot_product_attention, split_heads, merge_heads, multi_head_attention,
+                  mix_heads, talking_heads_attention (CaiT)
     vit           block, ViT (a callable model built from a state_dict of arrays)
+    layerscale    layer_scale, scalar_gate, residual_block, layerscale_block (CaiT)
+    class_attention  class_attention, class_attention_block (CaiT)
+    cait          Cait (a callable model built from a state_dict of arrays)
 """
 from . import attention, layers, patch_embed, vit  # noqa: F401
+from . import cait, class_attention, layerscale  # noqa: F401

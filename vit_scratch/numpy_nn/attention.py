@@ -108,3 +108,53 @@ def attention_rollout(attn_maps, head_fusion: str = "mean") -> np.ndarray:
     if rollout is None:
         raise ValueError("attn_maps is empty")
     return rollout
+
+
+# --- talking-heads attention (CaiT's self-attention) ------------------------------------------
+
+
+def mix_heads(attn: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """A Linear layer over the *head* axis: out[b, g] = Σ_h weight[g, h] · attn[b, h] + bias[g].
+
+    attn: (B, h, N_q, N_k), weight: (h', h), bias: (h',)  ->  (B, h', N_q, N_k).
+    Every (query, key) pair gets the same h×h map, so each new head is a learned mixture of the
+    old ones.  Computed as one matmul, (h', h) @ (B, h, N_q·N_k), without moving the heads last.
+    """
+    B, h, nq, nk = attn.shape
+    if weight.ndim != 2 or weight.shape[1] != h:
+        raise ValueError(f"mix_heads: weight of shape {weight.shape} does not mix the {h} heads "
+                         f"of attn (shape {attn.shape}); expected (h', {h})")
+    out = np.matmul(weight.astype(attn.dtype, copy=False), attn.reshape(B, h, nq * nk))
+    if bias is not None:
+        out += bias.astype(attn.dtype, copy=False)[:, None]
+    return out.reshape(B, weight.shape[0], nq, nk)
+
+
+def talking_heads_attention(x: np.ndarray, qkv_weight: np.ndarray, qkv_bias: np.ndarray | None,
+                            proj_l_weight: np.ndarray, proj_l_bias: np.ndarray,
+                            proj_w_weight: np.ndarray, proj_w_bias: np.ndarray,
+                            proj_weight: np.ndarray, proj_bias: np.ndarray, num_heads: int,
+                            return_attention: bool = False):
+    """Talking-heads attention (Shazeer et al., 2020, https://arxiv.org/abs/2003.02436), as in
+    CaiT's self-attention blocks: the heads exchange information through two learned h×h maps,
+    one on the scores before the softmax (``proj_l``) and one on the weights after it (``proj_w``).
+
+        scores  = (q · d^-½) kᵀ                      (B, h, N, N)
+        weights = mix_w(softmax(mix_l(scores)))       (B, h, N, N)
+        out     = proj(merge_heads(weights @ v))      (B, N, C)
+
+    x: (B, N, C), qkv_weight: (3C, C) with rows [q; k; v], proj_l/proj_w weights: (h, h)
+    ->  (B, N, C), and the weights that multiply v (B, h, N, N) if ``return_attention``.
+    After ``proj_w`` they are mixtures of softmax rows: they need not be positive, and a row
+    sums to Σ_h proj_w[g, h] + proj_w_bias[g] rather than to 1.
+    """
+    if x.ndim != 3:
+        raise ValueError(f"x must have shape (B, N, C), got shape {x.shape}")
+    checks.head_dim(x.shape[-1], num_heads)
+    qkv = linear(x, qkv_weight, qkv_bias)  # (B, N, 3C)
+    q, k, v = rearrange(qkv, "b n (three h d) -> three b h n d", three=3, h=num_heads)
+    scores = (q * np.asarray(q.shape[-1] ** -0.5, dtype=q.dtype)) @ np.swapaxes(k, -1, -2)
+    scores = mix_heads(scores, proj_l_weight, proj_l_bias)  # talk before the softmax
+    attn = mix_heads(softmax(scores, axis=-1, out=scores), proj_w_weight, proj_w_bias)  # and after
+    out = linear(merge_heads(attn @ v), proj_weight, proj_bias)  # (B, N, C)
+    return (out, attn) if return_attention else out

@@ -5,7 +5,12 @@ Module and parameter names are timm's, so a timm (or official DeiT) ``state_dict
 
     layers        Mlp, DropPath
     patch_embed   PatchEmbed, resize_pos_embed
-    attention     attention_weights, scaled_dot_product_attention, Attention
+    attention     attention_weights, scaled_dot_product_attention, Attention,
+                  mix_heads, TalkingHeadAttention (CaiT)
     vit           Block, VisionTransformer
+    layerscale    LayerScale, ScalarGate, ResidualBlock, LayerScaleBlock (CaiT)
+    class_attention  ClassAttention, LayerScaleBlockClassAttn (CaiT)
+    cait          Cait
 """
 from . import attention, layers, patch_embed, vit  # noqa: F401
+from . import cait, class_attention, layerscale  # noqa: F401

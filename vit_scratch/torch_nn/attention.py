@@ -95,3 +95,70 @@ class Attention(RecordsAttention, nn.Module):
         out = out.transpose(1, 2).reshape(B, N, C)  # merge heads: (B, h, N, d) -> (B, N, C)
         out = self.proj_drop(self.proj(out))
         return (out, attn) if return_attention else out
+
+
+# --- talking-heads attention (CaiT's self-attention) ------------------------------------------
+
+
+def mix_heads(attn: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
+    """A Linear layer over the *head* axis: out[b, g] = Σ_h weight[g, h] · attn[b, h] + bias[g].
+
+    attn: (B, h, N_q, N_k), weight: (h', h), bias: (h',)  ->  (B, h', N_q, N_k).
+    ``nn.Linear`` would need the heads last (two permutes and a copy of the N² tensor); one
+    batched matmul with the bias fused, (h', h) @ (B, h, N_q·N_k), is about twice as fast
+    forward and backward, and the result stays contiguous for the softmax.
+    """
+    B, h, nq, nk = attn.shape
+    if weight.ndim != 2 or weight.shape[1] != h:
+        raise ValueError(f"mix_heads: weight of shape {tuple(weight.shape)} does not mix the {h} "
+                         f"heads of attn (shape {tuple(attn.shape)}); expected (h', {h})")
+    g = weight.shape[0]
+    flat = attn.reshape(B, h, nq * nk)
+    if bias is None:
+        out = torch.matmul(weight, flat)
+    else:
+        out = torch.baddbmm(bias.view(1, g, 1).expand(B, g, 1), weight.expand(B, g, h), flat)
+    return out.view(B, g, nq, nk)
+
+
+class TalkingHeadAttention(RecordsAttention, nn.Module):
+    """Talking-heads attention (Shazeer et al., 2020, https://arxiv.org/abs/2003.02436), as in
+    CaiT's self-attention blocks.   (B, N, C) -> (B, N, C)
+
+        scores  = (q · d^-½) kᵀ                      (B, h, N, N)
+        weights = proj_w(softmax(proj_l(scores)))     h×h maps over the head axis
+        out     = proj(merge_heads(weights @ v))
+
+    The heads mix before and after the softmax, so no fused attention kernel applies: the
+    (B, h, N, N) weights are always computed, and recording them costs nothing extra.  Recorded
+    (``get_attention_maps``) are the weights that multiply v, after ``proj_w``: mixtures of
+    softmax rows, which need not be positive or sum to 1.
+    """
+
+    def __init__(self, dim: int, num_heads: int = 8, qkv_bias: bool = False,
+                 attn_drop: float = 0.0, proj_drop: float = 0.0):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = checks.head_dim(dim, num_heads)
+        self.scale = self.head_dim ** -0.5
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.attn_drop = nn.Dropout(attn_drop)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_l = nn.Linear(num_heads, num_heads)  # mixes the heads' scores (pre-softmax)
+        self.proj_w = nn.Linear(num_heads, num_heads)  # mixes the heads' weights (post-softmax)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.ndim != 3:
+            raise ValueError(f"x must have shape (B, N, C), got shape {tuple(x.shape)}")
+        B, N, C = x.shape
+        checks.check_last_dim(x.shape, self.qkv.in_features, "x")
+        # (B, N, 3C) -> 3 × (B, h, N, d); rows of qkv are [q; k; v], each head-major
+        q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        scores = (q * self.scale) @ k.transpose(-2, -1)  # (B, h, N, N)
+        scores = mix_heads(scores, self.proj_l.weight, self.proj_l.bias)  # talk before softmax
+        attn = mix_heads(scores.softmax(dim=-1), self.proj_w.weight, self.proj_w.bias)  # and after
+        self.keep(attn)
+        out = self.attn_drop(attn) @ v  # (B, h, N, d)
+        out = out.transpose(1, 2).reshape(B, N, C)  # merge heads
+        return self.proj_drop(self.proj(out))

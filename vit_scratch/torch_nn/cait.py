@@ -1,0 +1,145 @@
+"""CaiT in PyTorch (Touvron et al., "Going deeper with Image Transformers", ICCV 2021,
+https://arxiv.org/abs/2103.17239).
+
+    x   = patch_embed(images) + pos_embed                      # (B, N, C): no class token yet
+    for each of `depth` blocks:  x = LayerScaleBlock(x)        # talking-heads self-attention
+    cls = cls_token                                            # (B, 1, C): joins only now
+    for each of `depth_token_only` blocks:  cls = LayerScaleBlockClassAttn(x, cls)
+    logits = head(norm([cls; x])[:, 0])                        # (B, num_classes)
+
+Parameter names follow timm (``blocks.3.gamma_1``, ``blocks_token_only.0.attn.q.weight``), so
+timm's and the official CaiT state_dicts load strictly.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .. import interface
+from ..specs.base import check_fields
+from ..specs.cait import CaitConfig
+from .base import ModelBase
+from .class_attention import ClassAttention, LayerScaleBlockClassAttn
+from .layers import LAYER_NORM_EPS, trunc_normal_
+from .layerscale import LayerScaleBlock
+from .patch_embed import PatchEmbed
+
+
+class Cait(ModelBase):
+    """CaiT.  ``Cait(CaitConfig(...))`` or ``Cait(embed_dim=192, depth=24, ...)``.
+
+    forward(images (B, C, H, W)) -> logits (B, num_classes)
+    forward_features -> final-normed tokens (B, 1 + N, C): the class token, then the patches
+    get_attention_maps -> per class-attention block, the class token's weights (B, heads, 1, 1 + N)
+        (column 0: the class token itself, columns 1: the patches in raster order;
+        (B, heads, 1, N) with ``class_token_in_keys=False``); rows sum to 1
+    get_attention_grids -> per class-attention block, (B, heads, gh, gw)
+    forward_intermediates -> the self-attention blocks' outputs: patch tokens only (timm's
+        semantics: the class token does not exist yet there)
+    The rest of the interface: ``vit_scratch.interface``.
+    """
+
+    num_prefix_tokens = 1  # the class token, in front of the patches in forward_features
+    pos_embed_prefix_tokens = 0  # ... which has no position embedding: pos_embed is the grid only
+
+    def __init__(self, cfg: CaitConfig | None = None, **kwargs):
+        cfg = CaitConfig(**check_fields(CaitConfig, kwargs)) if cfg is None else cfg.replace(**kwargs)
+        super().__init__(cfg)
+        C, eps = cfg.embed_dim, cfg.layer_scale_init
+        self.num_features = self.embed_dim = C
+        self.patch_embed = PatchEmbed(cfg.img_size, cfg.patch_size, cfg.in_chans, C)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, C))
+        self.pos_embed = nn.Parameter(torch.zeros(1, self.patch_embed.num_patches, C))
+        self.pos_drop = nn.Dropout(cfg.drop_rate)
+        self.blocks = nn.Sequential(*[
+            LayerScaleBlock(C, cfg.num_heads, cfg.mlp_ratio, cfg.qkv_bias, init_values=eps,
+                            talking_heads=True, drop=cfg.drop_rate, attn_drop=cfg.attn_drop_rate,
+                            drop_path=cfg.drop_path_rate)
+            for _ in range(cfg.depth)
+        ])
+        self.blocks_token_only = nn.ModuleList([
+            LayerScaleBlockClassAttn(C, cfg.num_heads, cfg.mlp_ratio_token_only, cfg.qkv_bias,
+                                     init_values=eps, class_token_in_keys=cfg.class_token_in_keys)
+            for _ in range(cfg.depth_token_only)
+        ])
+        self.norm = nn.LayerNorm(C, eps=LAYER_NORM_EPS)
+        self.head = nn.Linear(C, cfg.num_classes) if cfg.num_classes else nn.Identity()
+        self.feature_info = [dict(num_chs=C, reduction=cfg.patch_size, module=f"blocks.{i}")
+                             for i in range(cfg.depth)]
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self):
+        """Initialisation for training from scratch (the CaiT recipe): normal with std 0.02,
+        truncated at ±2 std, for Linear weights (the talking-heads maps included), the class
+        token and the position embedding; zero biases; LayerNorm = identity; every LayerScale
+        vector at ``cfg.layer_scale_init``."""
+        trunc_normal_(self.pos_embed, std=0.02)
+        trunc_normal_(self.cls_token, std=0.02)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                trunc_normal_(m.weight, std=0.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, (LayerScaleBlock, LayerScaleBlockClassAttn)):
+                m.gamma_1.fill_(self.cfg.layer_scale_init)
+                m.gamma_2.fill_(self.cfg.layer_scale_init)
+
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) -> patch tokens with their positions (B, N, C)."""
+        return self.pos_drop(self.patch_embed(images) + self.pos_embed)
+
+    def forward_class_attention(self, x: torch.Tensor) -> torch.Tensor:
+        """The class-attention stage: patch tokens (B, N, C) -> [cls; x] (B, 1 + N, C).
+        Only the class token changes; ``x`` is returned as it came."""
+        cls = self.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, C)
+        for blk in self.blocks_token_only:
+            cls = blk(x, cls)
+        return torch.cat([cls, x], dim=1)
+
+    def forward_features(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.blocks(self.embed(images))  # (B, N, C)
+        return self.norm(self.forward_class_attention(x))  # (B, 1 + N, C)
+
+    def forward_intermediates(self, images: torch.Tensor, indices=None, norm: bool = False,
+                              output_fmt: str = "NCHW", intermediates_only: bool = False):
+        """The outputs of the self-attention blocks in ``indices`` (None: all; n: the last n;
+        a list) -- patch tokens, since the class token joins later -- as (B, C, gh, gw) maps
+        (``output_fmt="NLC"``: (B, N, C) tokens), each through the final norm if ``norm``.
+        Returns ``(final features (B, 1 + N, C), maps)``, or only the maps with
+        ``intermediates_only`` (then the blocks after the last index and the class-attention
+        stage are skipped).  The same values as timm's ``Cait.forward_intermediates``.
+        """
+        take = interface.resolve_indices(indices, len(self.blocks))
+        interface.check_output_fmt(output_fmt)
+        x, maps = self.embed(images), []
+        last = take[-1] if intermediates_only else len(self.blocks) - 1
+        for i, blk in enumerate(self.blocks[:last + 1]):
+            x = blk(x)
+            if i in take:
+                y = self.norm(x) if norm else x
+                maps.append(interface.tokens_to_grid(y, self.patch_embed.grid_size, 0, output_fmt))
+        if intermediates_only:
+            return maps
+        return self.norm(self.forward_class_attention(x)), maps
+
+    def attention_modules(self) -> list[nn.Module]:
+        """The class-attention layers, in order: what ``get_attention_maps`` returns.  (The
+        talking-heads layers record too, when asked directly; their weights are not a
+        distribution over the image.)"""
+        return [m for m in self.blocks_token_only.modules() if isinstance(m, ClassAttention)]
+
+    def attention_grid(self, weights: torch.Tensor) -> torch.Tensor:
+        """(B, heads, 1, [1 +] N) -> (B, heads, gh, gw): the class token's weights on the grid."""
+        return interface.readout_grid(weights, self.patch_embed.grid_size,
+                                      1 if self.cfg.class_token_in_keys else 0)
+
+    def get_attention_maps(self, images: torch.Tensor) -> list[torch.Tensor]:
+        """One tensor per class-attention block: (B, heads, 1, 1 + N), the class token's
+        weights over [itself, patch 0, ..., patch N-1] (rows sum to 1); (B, heads, 1, N)
+        with ``class_token_in_keys=False``.  Only the class-attention layers leave their fused
+        path, and only for this call."""
+        return super().get_attention_maps(images)

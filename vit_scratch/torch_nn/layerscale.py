@@ -1,0 +1,132 @@
+"""LayerScale and the residual forms it is compared with, in PyTorch.
+
+A residual block adds a branch f (attention or MLP) to its input.  The forms CaiT compares
+(Touvron et al., "Going deeper with Image Transformers", Fig. 1, https://arxiv.org/abs/2103.17239):
+
+    "prenorm"         x + f(LN(x))                   ViT, DeiT
+    "rezero"          x + α · f(x),   α = 0 at init   ReZero (Bachlechner et al., 2020,
+                                                      https://arxiv.org/abs/2003.04887) and
+                                                      SkipInit (De & Smith, 2020,
+                                                      https://arxiv.org/abs/2002.10444): one
+                                                      learned scalar, no normalisation
+    "prenorm_scalar"  x + α · f(LN(x)), α = 0 at init the scalar with the norm put back
+    "layerscale"      x + diag(λ) · f(LN(x)), λ = ε   CaiT: one learned scale per channel,
+                                                      ε small (``layerscale_init_value``)
+
+``ResidualBlock`` has timm's ViT names (``ls1.gamma``: with ``residual="layerscale"`` it is
+timm's ViT ``Block(init_values=ε)``); ``LayerScaleBlock`` is CaiT's self-attention block, whose
+LayerScale vectors are the block's own parameters ``gamma_1`` and ``gamma_2``.
+The NumPy twins are in ``vit_scratch.numpy_nn.layerscale``.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .. import checks
+# the residual forms and the depth rule live in the (torch-free) spec; re-exported here
+from ..specs.cait import RESIDUAL_FORMS, check_residual, layerscale_init_value  # noqa: F401
+from .attention import Attention, TalkingHeadAttention
+from .layers import LAYER_NORM_EPS, DropPath, Mlp
+
+
+class LayerScale(nn.Module):
+    """diag(γ) on every token: x (..., C) -> x · γ, with γ (C,) learned, initialised at ε.
+
+    (timm's ViT calls this module ``ls1``/``ls2`` with the parameter ``gamma``.)"""
+
+    def __init__(self, dim: int, init_values: float = 1e-5):
+        super().__init__()
+        checks.check_positive(dim, "dim")
+        checks.check_init_values(init_values)
+        self.gamma = nn.Parameter(torch.full((dim,), float(init_values)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gamma
+
+    def extra_repr(self) -> str:
+        return f"dim={self.gamma.shape[0]}"
+
+
+class ScalarGate(nn.Module):
+    """α·x with one learned scalar α for the whole branch, initialised at 0 (ReZero, SkipInit).
+    At α = 0 the block is the identity: its branch's weights get no gradient until α moves."""
+
+    def __init__(self, init_value: float = 0.0):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.full((1,), float(init_value)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.alpha
+
+
+def _scale(kind: str | None, dim: int, init_values: float) -> nn.Module:
+    if kind == "channel":
+        return LayerScale(dim, init_values)
+    return ScalarGate() if kind == "scalar" else nn.Identity()
+
+
+class ResidualBlock(nn.Module):
+    """A transformer block (multi-head self-attention, then MLP) with one of the residual forms
+    above.   (B, N, C) -> (B, N, C)
+
+    ``init_values`` is LayerScale's ε (``residual="layerscale"`` only); the scalar forms start
+    at α = 0.  Parameter names: ``norm1``/``norm2`` (absent for "rezero"), ``attn.qkv``,
+    ``attn.proj``, ``ls1``/``ls2`` (``gamma`` or ``alpha``), ``mlp.fc1``, ``mlp.fc2``.
+    """
+
+    def __init__(self, dim: int, num_heads: int, residual: str = "layerscale",
+                 mlp_ratio: float = 4.0, qkv_bias: bool = True, init_values: float = 1e-5,
+                 drop: float = 0.0, attn_drop: float = 0.0, drop_path: float = 0.0):
+        super().__init__()
+        norm, kind = check_residual(residual)
+        self.residual = residual
+        self.norm1 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS) if norm else nn.Identity()
+        self.attn = Attention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
+                              proj_drop=drop)
+        self.ls1 = _scale(kind, dim, init_values)
+        self.drop_path1 = DropPath(drop_path)
+        self.norm2 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS) if norm else nn.Identity()
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), drop=drop)
+        self.ls2 = _scale(kind, dim, init_values)
+        self.drop_path2 = DropPath(drop_path)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x))))
+        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+        return x
+
+    def extra_repr(self) -> str:
+        return f"residual={self.residual!r}"
+
+
+class LayerScaleBlock(nn.Module):
+    """CaiT's self-attention block: pre-norm, LayerScale on both branches.   (B, N, C) -> (B, N, C)
+
+        x = x + diag(γ₁) · attn(norm1(x))
+        x = x + diag(γ₂) · mlp(norm2(x))
+
+    ``attn`` is talking-heads attention (CaiT), or plain multi-head attention with
+    ``talking_heads=False``.  Parameter names are timm's CaiT names (``gamma_1``, ``gamma_2``,
+    ``norm1``, ``attn.qkv``, ``attn.proj``, ``attn.proj_l``, ``attn.proj_w``, ``norm2``, ``mlp``).
+    """
+
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0, qkv_bias: bool = True,
+                 init_values: float = 1e-5, talking_heads: bool = True, drop: float = 0.0,
+                 attn_drop: float = 0.0, drop_path: float = 0.0):
+        super().__init__()
+        checks.check_init_values(init_values)
+        attn_layer = TalkingHeadAttention if talking_heads else Attention
+        self.norm1 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
+        self.attn = attn_layer(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
+                               proj_drop=drop)
+        self.drop_path = DropPath(drop_path)
+        self.norm2 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), drop=drop)
+        self.gamma_1 = nn.Parameter(torch.full((dim,), float(init_values)))
+        self.gamma_2 = nn.Parameter(torch.full((dim,), float(init_values)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop_path(self.gamma_1 * self.attn(self.norm1(x)))
+        x = x + self.drop_path(self.gamma_2 * self.mlp(self.norm2(x)))
+        return x
