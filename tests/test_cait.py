@@ -516,22 +516,22 @@ def test_numpy_cait_leaves_torch_unimported():
 
 
 def test_train_command_trains_cait_digits(tmp_path, capsys):
-    """``python -m vit_scratch.train --model cait_digits --epochs 1`` through the unchanged,
-    family-neutral trainer; the checkpoint reloads in both rooms."""
-    from vit_scratch.train import main
+    """``python -m vit_scratch.train --model cait_digits --epochs 1`` through the family-neutral
+    trainer; the checkpoint reloads in both rooms."""
+    from vit_scratch.train import load_run, main
 
-    out = tmp_path / "cait.safetensors"
-    main(["--model", "cait_digits", "--epochs", "1", "--warmup-epochs", "1", "--device", "cpu",
-          "--out", str(out)])
+    out = tmp_path / "cait"
+    main(["--model", "cait_digits", "--epochs", "1", "--device", "cpu", "--progress", "off",
+          "--model-arg", "depth=2", "--out", str(out)])
     assert "test accuracy" in capsys.readouterr().out
-    model = vit_scratch.load_checkpoint(vit_scratch.create_model("cait_digits"), out).eval()
+    model = load_run(out)
     np_model = vit_scratch.create_numpy_model("cait_digits", vit_scratch.state_dict_to_numpy(
-        model.state_dict()))
-    x = torch.rand(4, 1, 8, 8)
+        model.state_dict()), depth=2)
+    x = torch.rand(4, *model.pretrained_cfg["input_size"])
     with torch.no_grad():
         assert max_abs_diff(np_model(x.numpy()), model(x)) < NUMPY_TOL
     gammas = model.blocks[0].gamma_1
-    assert not torch.equal(gammas, torch.full_like(gammas, 0.1))  # LayerScale trained
+    assert not torch.equal(gammas, torch.full_like(gammas, model.cfg.layer_scale_init))
 
 
 def test_weight_decay_skips_tokens_and_layerscale():

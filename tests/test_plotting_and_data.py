@@ -266,3 +266,27 @@ def test_figures_for_maps_and_curves(tmp_path):
     plotting.save_training_curves(history, tmp_path / "c.png")
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
     np.testing.assert_allclose(plotting.unnormalize(np.zeros((1, 2, 2)), DIGITS16), 0.5)
+
+
+def test_class_attention_grids_and_similarity_for_cait():
+    """The same helpers on CaiT: its class-attention layers, a pos_embed without a class entry."""
+    import torch
+
+    import vit_scratch
+
+    torch.manual_seed(0)
+    model = vit_scratch.create_model("cait_digits", depth=2).eval()
+    images = torch.randn(2, 1, 8, 8)
+    grids = plotting.attention_grids(model, images)
+    assert len(grids) == model.cfg.depth_token_only and grids[0].shape == (2, 4, 4, 4)
+    with torch.no_grad():
+        weights = model.get_attention_maps(images)[1].numpy()  # (B, h, 1, 1 + 16)
+    np.testing.assert_allclose(grids[1], weights[:, :, 0, 1:].reshape(2, 4, 4, 4))
+    assert (grids[1].sum(axis=(-2, -1)) < 1).all()  # the class token's self-weight is not drawn
+    with pytest.raises(ValueError, match="attention rollout needs every layer"):
+        plotting.attention_rollout_grid(model, images)
+    sim, grid = plotting.pos_embed_similarity(model)
+    assert grid == (4, 4) and sim.shape == (16, 16) and np.allclose(np.diag(sim), 1.0)
+    np_model = vit_scratch.create_numpy_model(
+        "cait_digits", vit_scratch.state_dict_to_numpy(model.state_dict()), depth=2)
+    np.testing.assert_allclose(plotting.pos_embed_similarity(np_model)[0], sim, atol=1e-6)

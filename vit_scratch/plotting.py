@@ -195,15 +195,14 @@ def pos_embed_similarity(model) -> tuple[np.ndarray, tuple[int, int]]:
     ``ValueError``."""
     if hasattr(model, "state_dict"):
         pe = getattr(model, "pos_embed", None)
-        prefix = getattr(model, "pos_embed_prefix_tokens", 1)
     else:  # the NumPy room keeps its weights in .params
         pe = getattr(model, "params", {}).get("pos_embed")
-        prefix = getattr(model, "pos_embed_prefix_tokens", getattr(model, "num_prefix_tokens", 1))
     if pe is None:
         raise ValueError(f"{type(model).__name__} has no learned pos_embed (its position "
                          f"information comes from elsewhere, e.g. convolutions)")
     grid = model.patch_embed.grid_size if hasattr(model, "patch_embed") else model.cfg.grid_size
-    e = to_numpy(pe).astype(np.float64)[0, prefix:]  # (N, C)
+    e = to_numpy(pe).astype(np.float64)[0]  # (prefix + gh·gw, C)
+    e = e[len(e) - grid[0] * grid[1]:]  # the grid's entries: ViT's class-token entry dropped
     e = e / np.linalg.norm(e, axis=-1, keepdims=True)
     return e @ e.T, tuple(grid)
 
