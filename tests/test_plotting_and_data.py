@@ -221,7 +221,7 @@ def test_rollout_grids_and_similarity_from_a_model():
 
     torch.manual_seed(0)
     model = vit_scratch.create_model("vit_digits", depth=2).eval()
-    images = torch.randn(3, 1, 8, 8)
+    images = torch.randn(3, 1, 24, 24)
     with torch.no_grad():
         maps = [m.numpy() for m in model.get_attention_maps(images)]
     grids = plotting.attention_grids(model, images)

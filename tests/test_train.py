@@ -48,7 +48,7 @@ def test_affine_shift_by_one_pixel_is_exact():
 def test_one_training_step_lowers_the_loss():
     torch.manual_seed(0)
     model = vit_scratch.create_model("vit_digits", **TINY, drop_path_rate=0.0)
-    images, labels = torch.randn(32, 1, 8, 8), torch.randint(0, 10, (32,))
+    images, labels = torch.randn(32, 1, 24, 24), torch.randint(0, 10, (32,))
     optimizer = torch.optim.AdamW(param_groups(model, 0.05), lr=1e-2)
 
     def loss():
@@ -109,7 +109,7 @@ def test_checkpoint_reloads_to_identical_logits(finished_run):
     out, result = finished_run
     model = load_run(out)  # config.json + checkpoint.safetensors
     fresh = vit_scratch.load_checkpoint(build_model(tiny_config(None), 10), out / CHECKPOINT)
-    images = torch.randn(5, 1, 8, 8)
+    images = torch.randn(5, 1, 24, 24)
     with torch.no_grad():
         expected = result["model"].eval()(images)
         assert torch.equal(model(images), expected)
@@ -241,7 +241,7 @@ def test_compile_is_skipped_cleanly_on_the_cpu(tmp_path):
 
 def test_evaluate_counts_every_image():
     model = vit_scratch.create_model("vit_digits", **TINY)
-    images, labels = torch.randn(7, 1, 8, 8), torch.arange(7)
+    images, labels = torch.randn(7, 1, 24, 24), torch.arange(7)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(images, labels),
                                          batch_size=3)
     result = evaluate(model, loader, torch.device("cpu"))
@@ -257,7 +257,7 @@ def test_any_image_label_dataset_trains():
     """The trainer takes any (image, label) datasets, e.g. torchvision's."""
     gen = torch.Generator().manual_seed(0)
     labels = torch.arange(64) % 4
-    images = torch.randn(64, 3, 8, 8, generator=gen) + labels[:, None, None, None]  # separable
+    images = torch.randn(64, 3, 24, 24, generator=gen) + labels[:, None, None, None]  # separable
     data = torch.utils.data.TensorDataset(images, labels)
     cfg = tiny_config(None, data="my tensors", model_kwargs=dict(TINY, in_chans=3), epochs=2,
                       batch_size=16)

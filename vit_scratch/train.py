@@ -23,13 +23,14 @@ What it does, in order:
 5. At the end writes ``DIR/metrics.json`` (``test_accuracy``, ``train_seconds``,
    ``cpu_seconds``, ``params``, the per-epoch history) and ``DIR/curves.png``.
 
-The recipe for scikit-learn's 8×8 digits (why the README's command reaches ~98%):
-``vit_digits`` sees the digits enlarged to 16×16 (bilinear) and cut into 4×4 patches -- the same
-16 tokens as 2×2 patches of the original, but each patch now overlaps its neighbours a little
-(interpolation) and a sub-pixel augmentation stays sharp.  The augmentation is gentle on
-purpose: a shift of one whole pixel moves an 8×8 digit by an eighth of its width and, in our
-runs, cut test accuracy from ~95% to ~81%; small rotations, scalings and shifts of a fraction
-of a pixel help instead.
+The defaults are the recipe for scikit-learn's 8×8 digits (README, "Training"): 40 epochs of
+batches of 32, peak learning rate 1.5e-3, weight decay 0.3, label smoothing 0.1, and a gentle
+random affine augmentation (±8°, ±5% shift, ±8% zoom).  It works together with the ``*_digits``
+configs, which enlarge the digits (bilinear) before cutting patches -- ``vit_digits`` sees
+24×24 images in 6×6 patches: the same 4×4 grid of tokens as 2×2 patches of the original, but
+each patch overlaps its neighbours a little and the sub-pixel augmentation stays sharp.  On the
+8×8 original the same augmentation blurs and a one-pixel shift moves a digit by an eighth of
+its width; there, no augmentation was best (~96%).  Enlarged and augmented: ~98.8%.
 """
 from __future__ import annotations
 
@@ -76,12 +77,12 @@ class TrainConfig:
     epochs: int = 40
     batch_size: int = 32
     lr: float = 1.5e-3
-    weight_decay: float = 0.05
+    weight_decay: float = 0.3
     warmup_epochs: float | None = None  # None: min(2, epochs / 10)
     label_smoothing: float = 0.1
-    rotate: float = 0.0
-    translate: float = 0.0
-    scale: float = 0.0
+    rotate: float = 8.0
+    translate: float = 0.05
+    scale: float = 0.08
     seed: int = 0
     init: str | None = None
     device: str = "auto"
