@@ -2,6 +2,7 @@
 
     python benchmarks/bench_models.py                      # vit_tiny, batch 8, 224², CPU
     python benchmarks/bench_models.py --model cait_xxs24_224 --img-size 224
+    python benchmarks/bench_models.py --model coat_lite_tiny     # or coat_tiny (any CoaT name)
     python benchmarks/bench_models.py --model vit_small_patch16_224 --repeats 20
     python benchmarks/bench_models.py --families --markdown   # one model per family: the README table
     python benchmarks/bench_models.py --families --device cuda --dtype bf16 --compile --skip-numpy

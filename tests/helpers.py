@@ -28,6 +28,12 @@ def make_pair(name: str, seed: int = 0, **kwargs):
 
 
 def max_abs_diff(a, b) -> float:
+    """Largest absolute difference; lists/tuples (CoaT's per-scale features) are compared
+    element by element and must have the same length."""
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        assert isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)), (type(a), type(b))
+        assert len(a) == len(b) > 0, (len(a), len(b))
+        return max(max_abs_diff(x, y) for x, y in zip(a, b))
     a = a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
     b = b.detach().cpu().numpy() if isinstance(b, torch.Tensor) else np.asarray(b)
     assert a.shape == b.shape, (a.shape, b.shape)

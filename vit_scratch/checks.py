@@ -207,3 +207,46 @@ def check_class_token(cls_shape: Sequence[int], tokens_shape: Sequence[int]) -> 
         raise ValueError(
             f"the class token has batch size {cls_shape[0]} but the patch tokens have "
             f"{tokens_shape[0]} (class token shape {cls_shape}, tokens shape {tokens_shape})")
+
+
+def check_divisible(size, stride: int, name: str = "img_size", detail: str = "") -> tuple[int, int]:
+    """``(H, W)`` if both are multiples of ``stride`` (a multi-scale model's total stride);
+    else a ``ValueError`` naming the size, the stride and the nearest sizes that work.
+
+    ``detail`` says where the stride comes from, e.g. ``"patch_size 4 × 2 × 2 × 2"``.
+    """
+    hw = to_2tuple(size, name)
+    check_positive(stride, "stride")
+    if hw[0] % stride or hw[1] % stride:
+        fix = tuple(max(stride, stride * round(s / stride)) for s in hw)
+        why = f" ({detail})" if detail else ""
+        raise ValueError(
+            f"{name} {_show(hw)} is not divisible by the model's total stride {stride}{why}; "
+            f"use a multiple of {stride}, e.g. {_show(fix)}"
+        )
+    return hw
+
+
+def check_window_heads(crpe_window, num_heads: int, name: str = "crpe_window") -> dict[int, int]:
+    """A ``{window: heads}`` split of the attention heads (CoaT's convolutional relative position
+    encoding): odd positive windows, positive head counts that add up to ``num_heads``.
+    An int ``w`` means one window for every head, ``{w: num_heads}``.  Returns a new dict in the
+    given order (the order decides which heads get which window)."""
+    check_positive(num_heads, "num_heads")
+    if isinstance(crpe_window, int) and not isinstance(crpe_window, bool):
+        crpe_window = {crpe_window: num_heads}
+    if not isinstance(crpe_window, dict) or not crpe_window:
+        raise ValueError(f"{name} must be a non-empty dict {{window: heads}} or an int window, "
+                         f"got {crpe_window!r}")
+    for window, heads in crpe_window.items():
+        if isinstance(window, bool) or not isinstance(window, int) or window <= 0 or window % 2 == 0:
+            raise ValueError(f"{name} has window {window!r}: windows must be odd positive ints "
+                             f"(a centred kernel needs a middle tap), got {crpe_window!r}")
+        if isinstance(heads, bool) or not isinstance(heads, int) or heads <= 0:
+            raise ValueError(f"{name} gives {heads!r} heads to window {window}: head counts must "
+                             f"be positive ints, got {crpe_window!r}")
+    total = sum(crpe_window.values())
+    if total != num_heads:
+        raise ValueError(f"{name} {crpe_window!r} splits {total} heads, but num_heads is "
+                         f"{num_heads}: the head counts must add up to num_heads")
+    return dict(crpe_window)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from einops import rearrange
+from einops import rearrange, reduce
 
 ATTRIBUTES = ("cfg", "num_classes", "num_features", "embed_dim", "num_prefix_tokens",
               "pretrained_cfg")
@@ -84,3 +84,45 @@ def readout_grid(weights, grid: tuple[int, int], num_prefix_tokens: int):
     the patch grid, (B, heads, gh, gw).  Works on arrays and tensors."""
     return rearrange(weights[:, :, 0, num_prefix_tokens:], "b h (gh gw) -> b h gh gw",
                      gh=grid[0], gw=grid[1])
+
+
+# --- factorized attention (CoaT) has no N×N weights: what can be drawn instead ----------------
+ATTENTION_VIEWS = ("class", "keys")
+
+
+def check_attention_view(view: str) -> str:
+    if view not in ATTENTION_VIEWS:
+        raise ValueError(f"view must be one of {ATTENTION_VIEWS}, got {view!r}")
+    return view
+
+
+def factorized_attention_map(key_softmax, class_query, view: str = "class"):
+    """One factorized-attention layer's drawable weights.  Works on arrays and tensors.
+
+    key_softmax: (B, h, N, d), softmax(K) over the N tokens; class_query: (B, h, 1, d), the class
+    token's query already times d^-½.
+
+    ``view="class"`` -> (B, h, 1, N): the class token's *implicit* attention row
+    ``d^-½ q_cls softmax(K)ᵀ``.  The class token's attention output is exactly this row times V
+    (factorized attention is (Q softmax(K)ᵀ) V by associativity, and CRPE gives the class token
+    a zero row), so it is the analogue of ViT's row 0 -- but it is not normalised and may be
+    negative, and it is computed here for one query only, never as an N×N matrix.
+    ``view="keys"`` -> (B, h, N, d): softmax(K) itself, for every key channel a distribution
+    over the tokens (query-independent: where each channel pools its values from).
+    """
+    if check_attention_view(view) == "keys":
+        return key_softmax
+    return class_query @ rearrange(key_softmax, "b h n d -> b h d n")
+
+
+def factorized_attention_grid(weights, grid: tuple[int, int], view: str = "class",
+                              num_prefix_tokens: int = 1):
+    """:func:`factorized_attention_map`'s output -> (B, h, gh, gw) on the token grid.
+
+    ``"class"``: the class token's implicit weights on the image tokens; ``"keys"``: softmax(K)
+    on the image tokens, averaged over each head's d channels (a head's mean pooling map).
+    """
+    if check_attention_view(view) == "class":
+        return readout_grid(weights, grid, num_prefix_tokens)
+    return reduce(weights[:, :, num_prefix_tokens:], "b h (gh gw) d -> b h gh gw", "mean",
+                  gh=grid[0], gw=grid[1])

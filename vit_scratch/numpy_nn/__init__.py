@@ -4,7 +4,7 @@ Functions take the weights explicitly, laid out exactly like the PyTorch ``state
 (``Linear.weight`` is ``(out_features, in_features)``), and keep the input's dtype: float64 in,
 float64 out, so the tests can compare with PyTorch near machine precision.
 
-    layers        linear, layer_norm, erf, gelu, softmax, mlp
+    layers        linear, layer_norm, erf, gelu, softmax, mlp, split_batch (threads over a batch)
     patch_embed   patchify, unpatchify, patch_embed, add_class_token, sin-cos position embeddings
     attention     scaled_dot_product_attention, split_heads, merge_heads, multi_head_attention,
                   mix_heads, talking_heads_attention (CaiT)
@@ -12,6 +12,12 @@ float64 out, so the tests can compare with PyTorch near machine precision.
     layerscale    layer_scale, scalar_gate, residual_block, layerscale_block (CaiT)
     class_attention  class_attention, class_attention_block (CaiT)
     cait          Cait (a callable model built from a state_dict of arrays)
+    factorized_attention    key_softmax, factorized_attention, conv_attention (CoaT)
+    conv_position_encoding  depthwise_conv2d, conv_pos_enc (CPE), conv_rel_pos_enc (CRPE),
+                            clipped_relative_indices
+    coscale       bilinear_resize, interpolate_tokens, parallel_block, cross_scale_attention
+    coat          scale_patch_embed, serial_block, CoaT (CoaT and CoaT-Lite)
 """
 from . import attention, layers, patch_embed, vit  # noqa: F401
 from . import cait, class_attention, layerscale  # noqa: F401
+from . import coat, conv_position_encoding, coscale, factorized_attention  # noqa: F401

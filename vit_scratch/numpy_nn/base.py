@@ -1,7 +1,7 @@
 """The interface every NumPy model of the library answers, written once.
 
 A family's NumPy model subclasses :class:`ModelBase`, sets ``param_shapes`` (its spec's
-``{key: shape}`` table) and provides ``forward_features``, ``forward_intermediates`` and
+``{key: shape}`` table; ``shared_keys`` too if some keys name one tensor, as in CoaT) and provides ``forward_features``, ``forward_intermediates`` and
 ``get_attention_maps``.  Attribute and method names are those of the PyTorch room
 (``vit_scratch.interface``); the NumPy room is inference only, so it has no classifier reset
 and no weight-decay list.
@@ -21,11 +21,14 @@ class ModelBase:
     the precision tests)."""
 
     param_shapes = None  # cfg -> {key: shape}: the family spec's table
+    shared_keys = None  # cfg -> groups of keys that are one tensor (None: every key is its own)
     num_prefix_tokens = 1
 
     def __init__(self, cfg, params: dict, name: str | None = None):
         name = name or type(self).__name__
         params = {k: np.asarray(v) for k, v in params.items()}
+        if type(self).shared_keys is not None:
+            params = fill_shared_keys(params, type(self).shared_keys(cfg), f"params for {name}")
         checks.check_params(params, type(self).param_shapes(cfg), f"params for {name}")
         self.cfg = cfg
         self.name = name
@@ -63,3 +66,24 @@ class ModelBase:
     def get_attention_grids(self, images: np.ndarray) -> list[np.ndarray]:
         """Per attention layer, (B, heads, gh, gw) on the patch grid, ready to draw."""
         return [self.attention_grid(w) for w in self.get_attention_maps(images)]
+
+
+def fill_shared_keys(params: dict, groups, what: str = "params") -> dict:
+    """Fill in the aliases of shared tensors: for each group of keys that name one tensor,
+    every key missing from ``params`` gets the array of a key that is there.  So a state_dict
+    with its aliases (``model.state_dict()``) and one without (a de-duplicated checkpoint file)
+    both work.  Aliases given with different values are a ``ValueError``."""
+    params = dict(params)
+    for group in groups:
+        present = [k for k in group if k in params]
+        if not present:
+            continue  # the shape check reports the missing keys
+        first = params[present[0]]
+        for k in present[1:]:
+            if params[k] is not first and (params[k].shape != first.shape
+                                           or not np.array_equal(params[k], first)):
+                raise ValueError(f"{what}: {k} and {present[0]} name one shared tensor but hold "
+                                 f"different values")
+        for k in group:
+            params.setdefault(k, first)
+    return params

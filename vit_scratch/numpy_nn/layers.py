@@ -6,7 +6,11 @@ layout, so ``linear(x, model.fc.weight.numpy(), model.fc.bias.numpy())`` is ``mo
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy.special
@@ -163,3 +167,69 @@ def sub_params(params: dict, prefix: str) -> dict:
     ``sub_params(sd, "blocks.3.")["attn.qkv.weight"] is sd["blocks.3.attn.qkv.weight"]``
     """
     return {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
+
+
+# --- using several cores ------------------------------------------------------------------------
+# BLAS runs matrix products on every core, but NumPy's elementwise work (GELU, LayerNorm, softmax,
+# depthwise convolutions, resizing) runs on one.  NumPy releases the GIL inside those loops, so
+# splitting the *batch* over a few Python threads runs all of it in parallel -- images are
+# independent, so each image's result is the same computation either way.
+_worker = threading.local()
+_pools: dict[int, ThreadPoolExecutor] = {}
+
+
+def num_threads() -> int:
+    """Threads the NumPy room may use: 1 inside one of its own worker threads; otherwise
+    ``OMP_NUM_THREADS`` if set (the variable that also sizes BLAS and PyTorch), else the CPUs
+    this process may run on."""
+    if getattr(_worker, "active", False):
+        return 1
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+_blas_controller = None
+
+
+@contextlib.contextmanager
+def _single_threaded_blas():
+    """BLAS on one thread inside the block (the batch threads already use every core);
+    a no-op without ``threadpoolctl`` (a scikit-learn dependency)."""
+    global _blas_controller
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover
+        yield
+        return
+    if _blas_controller is None:  # finding the loaded BLAS libraries once is enough
+        _blas_controller = ThreadpoolController()
+    with _blas_controller.limit(limits=1, user_api="blas"):
+        yield
+
+
+def split_batch(fn, x: np.ndarray, threads: int | None = None) -> list:
+    """``[fn(chunk) for chunk in x split along axis 0]``, the chunks computed in parallel
+    threads (each with single-threaded BLAS); one chunk, in this thread, when only one thread
+    is available or the batch has one item.  Concatenate the results to get ``fn(x)``.
+
+    ``fn`` must treat the items of the batch independently (every model forward does)."""
+    n = min(num_threads() if threads is None else threads, len(x))
+    if n <= 1:
+        return [fn(x)]
+    bounds = np.linspace(0, len(x), n + 1).astype(int)
+
+    def work(i: int):
+        _worker.active = True
+        try:
+            return fn(x[bounds[i]:bounds[i + 1]])
+        finally:
+            _worker.active = False
+
+    if n not in _pools:
+        _pools[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="vit_scratch_numpy")
+    with _single_threaded_blas():
+        return list(_pools[n].map(work, range(n)))

@@ -11,6 +11,11 @@ Module and parameter names are timm's, so a timm (or official DeiT) ``state_dict
     layerscale    LayerScale, ScalarGate, ResidualBlock, LayerScaleBlock (CaiT)
     class_attention  ClassAttention, LayerScaleBlockClassAttn (CaiT)
     cait          Cait
+    factorized_attention    key_softmax, factorized_attention, FactorAttnConvRelPosEnc (CoaT)
+    conv_position_encoding  depthwise_conv2d, ConvPosEnc (CPE), ConvRelPosEnc (CRPE)
+    coscale       bilinear_resize, interpolate_tokens, ParallelBlock
+    coat          ScalePatchEmbed, SerialBlock, CoaT (CoaT and CoaT-Lite)
 """
 from . import attention, layers, patch_embed, vit  # noqa: F401
 from . import cait, class_attention, layerscale  # noqa: F401
+from . import coat, conv_position_encoding, coscale, factorized_attention  # noqa: F401

@@ -1,0 +1,197 @@
+"""CoaT and CoaT-Lite in NumPy, driven by a dict of arrays keyed like the PyTorch state_dict.
+
+Paper: Co-Scale Conv-Attentional Image Transformers -- Xu, Xu, Chang, Tu, ICCV 2021,
+https://arxiv.org/abs/2104.06399
+
+    for scale s = 1..4:                                   (strides p, 2p, 4p, 8p)
+        tokens = [cls_s; LayerNorm(patch_embed_s(grid of scale s-1, or the image))]
+        for each serial block:  x = cpe_s(x);  x = x + conv_att(norm1(x));  x = x + mlp(norm2(x))
+    CoaT only, for each parallel block:  x_s = cpe_s(x_s) (s = 2..4);  x2, x3, x4 = parallel(x2, x3, x4)
+    CoaT-Lite: logits = head(norm4(x4)[:, 0])
+    CoaT:      logits = head(aggregate([norm2(x2)[:, 0], norm3(x3)[:, 0], norm4(x4)[:, 0]]))
+
+Tokens stay (B, N, C) throughout; a scale's grid is the channels-last view (B, H, W, C) of its
+image tokens, which is what the depthwise convolutions and the resizing work on.  A batch is
+split over the CPU cores (``layers.split_batch``): NumPy's elementwise work runs on one core
+per call, and images are independent.  There is no
+absolute position embedding, so any input whose sides are multiples of the total stride runs.
+"""
+from __future__ import annotations
+
+import numpy as np
+from einops import rearrange
+
+from .. import checks, interface
+from ..specs.coat import CoaTConfig, coat_feature_info, coat_param_shapes, shared_keys
+from .base import ModelBase
+from .conv_position_encoding import conv_pos_enc
+from .coscale import parallel_block
+from .factorized_attention import conv_attention
+from .layers import layer_norm, linear, mlp, split_batch, sub_params
+from .patch_embed import add_class_token
+
+PATCH_NORM_EPS = 1e-5  # CoaT's patch-embedding LayerNorms (the token LayerNorms use 1e-6)
+
+
+def scale_patch_embed(x: np.ndarray, p: dict, channels_last: bool = False) -> np.ndarray:
+    """Patch embedding of one scale: non-overlapping P×P patches -> Linear (a Conv2d's weights)
+    -> LayerNorm (eps 1e-5).
+
+    x: (B, C, H, W) images, or the previous scale's grid (B, H, W, C) with ``channels_last``;
+    p: ``proj.weight`` (E, C, P, P), ``proj.bias``, ``norm.weight``, ``norm.bias``
+    ->  (B, (H/P)·(W/P), E) tokens in raster order
+    """
+    weight = p["proj.weight"]
+    E, C, P, _ = weight.shape
+    if channels_last:  # flatten each patch as (row, col, channel) and permute the weight to match
+        patches = rearrange(x, "b (gh p1) (gw p2) c -> b (gh gw) (p1 p2 c)", p1=P, p2=P)
+        w = weight.transpose(0, 2, 3, 1).reshape(E, -1)
+    else:  # (channel, row, col): the order a Conv2d weight flattens in
+        patches = rearrange(x, "b c (gh p1) (gw p2) -> b (gh gw) (c p1 p2)", p1=P, p2=P)
+        w = weight.reshape(E, -1)
+    tokens = linear(patches, w, p["proj.bias"])
+    return layer_norm(tokens, p["norm.weight"], p["norm.bias"], eps=PATCH_NORM_EPS)
+
+
+def serial_block(x: np.ndarray, p: dict, num_heads: int, size, records: list | None = None):
+    """One serial block: CPE, then conv-attention and MLP, both pre-norm with residuals.
+
+    x: (B, 1 + H·W, C); p: the block's params relative to it (``cpe.proj.weight``,
+    ``norm1.weight``, ``factoratt_crpe.qkv.weight``, ``mlp.fc1.weight``, ...)  ->  (B, 1 + H·W, C)
+    """
+    x = conv_pos_enc(x, p["cpe.proj.weight"], p["cpe.proj.bias"], size)
+    h = layer_norm(x, p["norm1.weight"], p["norm1.bias"])
+    x = x + conv_attention(h, sub_params(p, "factoratt_crpe."), num_heads, size, records)
+    h = layer_norm(x, p["norm2.weight"], p["norm2.bias"])
+    return x + mlp(h, p["mlp.fc1.weight"], p["mlp.fc1.bias"], p["mlp.fc2.weight"], p["mlp.fc2.bias"])
+
+
+class CoaT(ModelBase):
+    """A CoaT / CoaT-Lite forward pass in NumPy.  ``CoaT(cfg, params)(images) -> logits``.
+
+    params: ``{state_dict key: array}``, with or without the aliases of the shared modules
+    (``serial_blocks2.0.cpe.proj.weight`` is ``cpe2.proj.weight``; either may be left out).
+    Computed in the params' floating dtype.  Same class name and interface as
+    ``torch_nn.coat.CoaT``; see there for ``forward_features``, ``forward_intermediates`` and
+    the attention views.
+    """
+
+    param_shapes = staticmethod(coat_param_shapes)
+    shared_keys = staticmethod(shared_keys)
+    num_prefix_tokens = 1  # each scale's class token
+
+    def __init__(self, cfg: CoaTConfig, params: dict, name: str = "CoaT"):
+        super().__init__(cfg, params, name)
+        self.num_features = self.embed_dim = cfg.embed_dims[-1]
+        self.feature_info = coat_feature_info(cfg)
+        p = self.params
+        self.patch_embeds = [sub_params(p, f"patch_embed{s}.") for s in range(1, 5)]
+        self.serial_blocks = [[sub_params(p, f"serial_blocks{s}.{n}.") for n in range(depth)]
+                              for s, depth in zip(range(1, 5), cfg.serial_depths)]
+        self.parallel_blocks = [sub_params(p, f"parallel_blocks.{n}.")
+                                for n in range(cfg.parallel_depth)]
+
+    def grid_sizes(self, images: np.ndarray) -> list[tuple[int, int]]:
+        """Check a batch of images and return its four token grids."""
+        checks.check_images(images.shape, self.cfg.in_chans)
+        return self.cfg.grid_sizes(tuple(images.shape[-2:]))
+
+    def _scales(self, images: np.ndarray, last: int = 3, records: list | None = None):
+        """Scales 1..last+1 through their serial blocks (then the parallel blocks, when all four
+        ran): -> ([x1, x2, x3, x4] tokens before the final norms, their grid sizes).
+
+        The batch is split over ``layers.num_threads()`` threads (images are independent; see
+        ``layers.split_batch``), except when attention records are collected."""
+        images = np.asarray(images)
+        sizes = self.grid_sizes(images)  # checked here, before any thread starts
+        if records is not None:
+            return self._run(images, sizes, last, records), sizes
+        parts = split_batch(lambda chunk: self._run(chunk, sizes, last), images)
+        if len(parts) == 1:
+            return parts[0], sizes
+        return [np.concatenate(scale, axis=0) for scale in zip(*parts)], sizes
+
+    def _run(self, images: np.ndarray, sizes, last: int, records: list | None = None) -> list:
+        cfg, p = self.cfg, self.params
+        x, xs = images.astype(self.dtype, copy=False), []
+        for s in range(last + 1):
+            if s == 0:
+                tokens = scale_patch_embed(x, self.patch_embeds[0])
+            else:
+                (H, W), prev = sizes[s - 1], xs[-1]
+                grid = prev[:, 1:].reshape(prev.shape[0], H, W, prev.shape[-1])  # channels last
+                tokens = scale_patch_embed(grid, self.patch_embeds[s], channels_last=True)
+            tokens = add_class_token(tokens, p[f"cls_token{s + 1}"])
+            for blk in self.serial_blocks[s]:
+                tokens = serial_block(tokens, blk, cfg.num_heads, sizes[s], records)
+            xs.append(tokens)
+        if self.parallel_blocks and last == 3:
+            rest = xs[1:]
+            for blk in self.parallel_blocks:
+                rest = [conv_pos_enc(x, p[f"cpe{s}.proj.weight"], p[f"cpe{s}.proj.bias"], size)
+                        for x, s, size in zip(rest, (2, 3, 4), sizes[1:])]
+                rest = parallel_block(rest, blk, sizes[1:], cfg.num_heads, cfg.parallel_mode,
+                                      records)
+            xs[1:] = rest
+        return xs
+
+    def _final_norm(self, s: int):
+        """Scale s's final norm (0-based), or None (scale 1 never has one; CoaT-Lite only norm4)."""
+        if s == 3 or (s > 0 and not self.cfg.is_lite):
+            w, b = self.params[f"norm{s + 1}.weight"], self.params[f"norm{s + 1}.bias"]
+            return lambda x: layer_norm(x, w, b)
+        return None
+
+    def _features(self, xs):
+        if self.cfg.is_lite:
+            return self._final_norm(3)(xs[3])
+        return [self._final_norm(s)(xs[s]) for s in (1, 2, 3)]
+
+    def forward_features(self, images: np.ndarray):
+        """CoaT-Lite: norm4(x4), (B, 1 + H4·W4, C4).  CoaT: [norm2(x2), norm3(x3), norm4(x4)]."""
+        return self._features(self._scales(images)[0])
+
+    def pool(self, features) -> np.ndarray:
+        """forward_features' output -> (B, num_features): scale 4's class token (CoaT-Lite), or
+        the ``aggregate`` mix (a 1×1 Conv1d over 3 channels) of scales 2-4's class tokens."""
+        if self.cfg.is_lite:
+            return features[:, 0]
+        tokens = np.stack([f[:, 0] for f in features], axis=1)  # (B, 3, C)
+        w, b = self.params["aggregate.weight"], self.params["aggregate.bias"]
+        return np.einsum("bsc,s->bc", tokens, w[0, :, 0]) + b[0]
+
+    def forward_intermediates(self, images: np.ndarray, indices=None, norm: bool = False,
+                              output_fmt: str = "NCHW", intermediates_only: bool = False):
+        """As ``torch_nn.coat.CoaT.forward_intermediates``: the four scales' grids."""
+        take = interface.resolve_indices(indices, 4, what="scales")
+        interface.check_output_fmt(output_fmt)
+        early = intermediates_only and (self.cfg.is_lite or take[-1] == 0)
+        xs, sizes = self._scales(images, last=take[-1] if early else 3)
+        maps = []
+        for s in take:
+            f = self._final_norm(s)
+            y = f(xs[s]) if norm and f is not None else xs[s]
+            maps.append(interface.tokens_to_grid(y, sizes[s], 1, output_fmt))
+        return maps if intermediates_only else (self._features(xs), maps)
+
+    def _records(self, images):
+        records = []
+        self._scales(images, records=records)
+        return records
+
+    def get_attention_maps(self, images: np.ndarray, view: str = "class") -> list[np.ndarray]:
+        """One array per factorized-attention layer, in forward order (serial blocks of scales
+        1-4, then each parallel block's scales 2-4): ``view="class"`` (B, h, 1, N), the class
+        token's implicit attention row; ``view="keys"`` (B, h, N, d), softmax(K).
+        See ``vit_scratch.interface.factorized_attention_map``."""
+        interface.check_attention_view(view)
+        return [interface.factorized_attention_map(r.key_softmax, r.class_query, view)
+                for r in self._records(images)]
+
+    def get_attention_grids(self, images: np.ndarray, view: str = "class") -> list[np.ndarray]:
+        """One (B, h, H_s, W_s) grid per factorized-attention layer, on its scale's grid."""
+        interface.check_attention_view(view)
+        return [interface.factorized_attention_grid(
+                    interface.factorized_attention_map(r.key_softmax, r.class_query, view),
+                    r.size, view)
+                for r in self._records(images)]
