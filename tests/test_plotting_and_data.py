@@ -244,12 +244,29 @@ def test_rollout_grids_and_similarity_from_a_model():
 
 
 def test_factorized_attention_view_is_a_distribution_per_channel():
-    keys = np.random.default_rng(0).normal(size=(2, 3, 12, 5))  # (B, heads, N = 3·4, d)
-    view = plotting.factorized_attention_view(keys, (3, 4))
-    assert view.shape == (2, 3, 5, 3, 4)
-    np.testing.assert_allclose(view.sum(axis=(-2, -1)), 1.0)
-    e = np.exp(keys[1, 2, :, 4])
-    np.testing.assert_allclose(view[1, 2, 4].ravel(), e / e.sum())
+    """CoaT: softmax(K) of every key channel on its scale's grid; its channel mean is the
+    model's own "keys" grid, and with the class token's entry it sums to 1."""
+    import torch
+
+    import vit_scratch
+
+    torch.manual_seed(0)
+    model = vit_scratch.create_model("coat_lite_digits").eval()
+    c, h, w = model.pretrained_cfg["input_size"]
+    images = torch.randn(2, c, h, w)
+    views = plotting.factorized_attention_view(model, images)
+    with torch.no_grad():
+        grids = model.get_attention_grids(images, view="keys")
+        keys = model.get_attention_maps(images, view="keys")
+    assert len(views) == len(grids) == len(model.attention_modules())
+    for view, grid, k in zip(views, grids, keys):
+        B, heads, d, gh, gw = view.shape
+        assert (B, heads) == (2, model.cfg.num_heads) and (gh, gw) == tuple(grid.shape[-2:])
+        np.testing.assert_allclose(view.mean(axis=2), grid.numpy(), rtol=1e-5, atol=1e-7)
+        class_entry = k[:, :, 0].numpy()  # (B, h, d): the class token's share of each channel
+        np.testing.assert_allclose(view.sum(axis=(-2, -1)) + class_entry, 1.0, rtol=1e-5)
+    sizes = [v.shape[-1] for v in views]
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] > sizes[-1]  # finer scales first
 
 
 def test_figures_for_maps_and_curves(tmp_path):

@@ -77,3 +77,5 @@ def test_every_class_project_snippet_runs(tmp_path, monkeypatch, capsys):
         assert (tmp_path / "runs" / "pets" / name).is_file()
         assert (tmp_path / "runs" / "pets_finetuned" / name).is_file()
     assert namespace["rollout"].shape == (1, 4, 4)
+    assert [tuple(f.shape[-2:]) for f in namespace["scales"]] == [(16, 16), (8, 8), (4, 4), (2, 2)]
+    assert namespace["keys"][0].shape[-2:] == (16, 16)

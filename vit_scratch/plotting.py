@@ -7,7 +7,7 @@ Two kinds of functions:
   (a PyTorch model is run under ``torch.no_grad()``, results come back as NumPy arrays):
   ``attention_grids`` (every attention layer's readout on the patch grid: ViT's class-token
   rows, CaiT's class-attention maps), ``attention_rollout_grid`` (ViT), ``pos_embed_similarity``,
-  ``factorized_attention_view`` (CoaT), ``share_inside_boxes``;
+  ``factorized_attention_view`` (CoaT's key distributions), ``share_inside_boxes``;
 * **figures**: every drawing function takes arrays (C, H, W images, (N, N) similarity,
   (heads, gh, gw) maps) and an optional matplotlib ``ax``, and returns the axes (or the figure)
   so a notebook can add titles.
@@ -235,19 +235,23 @@ def share_inside_boxes(maps, boxes, size) -> np.ndarray:
     return inside / maps.sum(axis=(-2, -1))
 
 
-def factorized_attention_view(keys, grid) -> np.ndarray:
-    """CoaT's factorized attention (Xu et al., "Co-Scale Conv-Attentional Image Transformers",
-    https://arxiv.org/abs/2104.06399) has no N × N map: each head computes
-    softmax(K)ᵀ V, a d × d summary, where softmax(K) normalises every key channel over the N
-    tokens.  So each key channel is a distribution over the image -- the places whose values
-    it gathers into the summary -- and that is what we can draw.
+def factorized_attention_view(model, images) -> list[np.ndarray]:
+    """What CoaT's factorized attention (Xu et al., "Co-Scale Conv-Attentional Image
+    Transformers", https://arxiv.org/abs/2104.06399) lets us draw.  It has no N × N map: each
+    head computes softmax(K)ᵀ V, a d × d summary, where softmax(K) normalises every key channel
+    over the N tokens.  So each key channel is a distribution over the image -- the places whose
+    values it gathers into the summary.
 
-    keys: (B, heads, N, d) keys of the patch tokens (class token left out), N = gh·gw.
-    Returns (B, heads, d, gh, gw): softmax over the tokens of every channel, on the grid."""
-    k = np.asarray(keys, dtype=np.float64)
-    k = np.exp(k - k.max(axis=-2, keepdims=True))
-    k = k / k.sum(axis=-2, keepdims=True)  # softmax over the N tokens
-    return rearrange(k, "b h (gh gw) d -> b h d gh gw", gh=grid[0], gw=grid[1])
+    Returns, per factorized-attention layer, (B, heads, d, gh, gw): softmax(K) of every channel on
+    its scale's token grid (from ``model.get_attention_maps(images, view="keys")``; the class
+    token's own entry is left out, so each map sums to a little less than 1).  Averaged over the
+    d channels it is ``model.get_attention_grids(images, view="keys")``."""
+    x = _as_input(model, images)
+    with _no_grad(model):
+        keys = [to_numpy(k) for k in model.get_attention_maps(x, view="keys")]  # (B, h, N, d)
+        grids = [to_numpy(g).shape[-2:] for g in model.get_attention_grids(x, view="class")]
+    return [rearrange(k[:, :, k.shape[2] - gh * gw:], "b h (gh gw) d -> b h d gh gw", gh=gh, gw=gw)
+            for k, (gh, gw) in zip(keys, grids)]
 
 
 def unnormalize(images, config) -> np.ndarray:
