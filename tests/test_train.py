@@ -264,3 +264,19 @@ def test_any_image_label_dataset_trains():
     result = train(cfg, datasets=(data, data), log=lambda *_: None)
     assert result["model"].num_classes == 4  # one more than the largest label
     assert result["history"][-1]["train_loss"] < result["history"][0]["train_loss"]
+
+
+def test_bf16_autocast_path_runs_on_the_cpu():
+    """The GPU recipe's bf16 autocast, exercised on the CPU (where it is allowed, but slow)."""
+    result = train(tiny_config(None, epochs=1, precision="bf16"), log=lambda *_: None)
+    assert result["precision"] == "bf16" and math.isfinite(result["history"][0]["train_loss"])
+    assert next(result["model"].parameters()).dtype == torch.float32  # weights stay fp32
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_run_with_bf16_and_compile(tmp_path):
+    result = train(tiny_config(tmp_path / "gpu", epochs=2, device="cuda", compile=True),
+                   log=lambda *_: None)
+    assert result["device"].startswith("cuda") and result["precision"] == "bf16"
+    model = load_run(tmp_path / "gpu")  # the checkpoint has plain keys, not _orig_mod.*
+    assert model.num_classes == 10
