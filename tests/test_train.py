@@ -280,3 +280,22 @@ def test_gpu_run_with_bf16_and_compile(tmp_path):
     assert result["device"].startswith("cuda") and result["precision"] == "bf16"
     model = load_run(tmp_path / "gpu")  # the checkpoint has plain keys, not _orig_mod.*
     assert model.num_classes == 10
+
+
+def test_ctrl_c_exits_130_and_says_how_to_resume(tmp_path, monkeypatch, capsys):
+    import vit_scratch.train as trainer
+
+    out = tmp_path / "run"
+
+    def interrupted(cfg, **kwargs):  # as if Ctrl-C came after the first saved epoch
+        def stop(epoch, record):
+            raise KeyboardInterrupt
+
+        return train(cfg, log=lambda *_: None, on_epoch_end=stop)
+
+    monkeypatch.setattr(trainer, "train", interrupted)
+    with pytest.raises(SystemExit) as info:
+        main(["--out", str(out), "--epochs", "2", "--progress", "off", *TINY_ARGS])
+    assert info.value.code == 130
+    assert f"--out {out} --resume" in capsys.readouterr().err
+    assert (out / STATE).exists() and not (out / METRICS).exists()

@@ -714,16 +714,20 @@ def config_from_args(argv) -> tuple[TrainConfig, bool, bool]:
 
 def main(argv=None) -> dict:
     parser = build_parser()
+    out = None
     try:
         cfg, resume, overwrite = config_from_args(argv)
+        out = cfg.out
         return train(cfg, resume=resume, overwrite=overwrite)
     except (ValueError, CheckpointError) as error:
         parser.error(str(error))  # usage + the message, exit status 2
     except KeyboardInterrupt:
-        out = cfg.out
-        print(f"\ninterrupted: the run in {out} is saved up to its last finished epoch; "
-              f"continue it with: python -m vit_scratch.train --out {out} --resume",
-              file=sys.stderr)
+        if out is not None and (Path(out) / STATE).exists():
+            print(f"\ninterrupted: the run in {out} is saved up to its last finished epoch; "
+                  f"continue it with: python -m vit_scratch.train --out {out} --resume",
+                  file=sys.stderr)
+        else:
+            print("\ninterrupted before the first epoch was saved", file=sys.stderr)
         raise SystemExit(130) from None
 
 
