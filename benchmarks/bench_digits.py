@@ -1,6 +1,6 @@
-"""Benchmark: the small models on scikit-learn's digits, over several seeds, beside an SVC.
+"""Benchmark: the small models on scikit-learn's digits, over several random seeds, beside an SVC.
 
-    python benchmarks/bench_digits.py                                  # every *_digits model, 5 seeds
+    python benchmarks/bench_digits.py                                  # every *_digits model, 5 random seeds
     python benchmarks/bench_digits.py --models vit_digits --seeds 0 1 --threads 2
     python benchmarks/bench_digits.py --json digits.json --markdown    # the README's table
 
@@ -8,12 +8,11 @@ For every seed s the train/test split is ``load_digits(seed=s)`` (stratified, 20
 held out) and the model is trained with ``--seed s --split-seed s`` and otherwise the trainer's
 defaults -- exactly ``python -m vit_scratch.train --model NAME --data digits --seed s
 --split-seed s``.  The baseline is scikit-learn's ``SVC(gamma=0.001, C=10)`` (an RBF kernel on
-the 64 raw pixel counts 0..16, the classic setting from scikit-learn's digits example) on the
-same splits.
+the 64 raw pixel counts 0..16, the scale gamma=0.001 suits) on the same splits.
 
-Reports mean ± standard deviation (over seeds, ddof=1) of the test accuracy, the training wall
-time and the CPU time (user + system of the process, all threads): wall time depends on what
-else runs on the machine, CPU time much less.  A script, never a test.
+Reports mean ± standard deviation (over the random seeds, ddof=1) of the test accuracy, the
+training wall time and the CPU time (user + system of the process, all threads): wall time
+depends on what else runs on the machine, CPU time much less.  A script, never a test.
 """
 from __future__ import annotations
 

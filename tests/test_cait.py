@@ -506,7 +506,7 @@ def test_numpy_cait_leaves_torch_unimported():
             "cfg = vit_scratch.get_config('cait_digits'); "
             "params = {k: np.zeros(s, np.float32) for k, s in cait_param_shapes(cfg).items()}; "
             "m = vit_scratch.create_numpy_model('cait_digits', params); "
-            "y = m(np.zeros((1, 1, 8, 8), np.float32)); "
+            "y = m(np.zeros((1, 1, 24, 24), np.float32)); "
             "print(y.shape, 'torch' in sys.modules, 'timm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "(1, 10) False False"
@@ -609,7 +609,7 @@ def test_class_attention_needs_a_class_token_and_patches():
 
 @pytest.mark.parametrize("kwargs,match", [
     (dict(embed_dim=100, num_heads=3), "embed_dim 100 is not divisible by num_heads 3"),
-    (dict(img_size=9), "image size 9 is not divisible by patch size 2"),
+    (dict(img_size=9), "image size 9 is not divisible by patch size [26]"),
     (dict(num_classes=-1), "num_classes must be an int >= 0, got -1"),
     (dict(mlp_ratio=0), "mlp_ratio must be positive, got 0"),
     (dict(mlp_ratio_token_only=-2.0), "mlp_ratio_token_only must be positive"),
@@ -642,6 +642,6 @@ def test_image_errors_both_rooms():
         "cait_digits", vit_scratch.state_dict_to_numpy(model.state_dict()))
     for m, zeros in ((model, torch.zeros), (np_model, np.zeros)):
         with pytest.raises(ValueError, match="images have 3 channels but the model expects"):
-            m(zeros((1, 3, 8, 8)))
-        with pytest.raises(ValueError, match="image size 16 does not match the model's img_size 8"):
-            m(zeros((1, 1, 16, 16)))
+            m(zeros((1, 3, 24, 24)))
+        with pytest.raises(ValueError, match="image size 12 does not match the model's img_size 24"):
+            m(zeros((1, 1, 12, 12)))

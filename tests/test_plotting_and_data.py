@@ -293,7 +293,7 @@ def test_class_attention_grids_and_similarity_for_cait():
 
     torch.manual_seed(0)
     model = vit_scratch.create_model("cait_digits", depth=2).eval()
-    images = torch.randn(2, 1, 8, 8)
+    images = torch.randn(2, 1, 24, 24)
     grids = plotting.attention_grids(model, images)
     assert len(grids) == model.cfg.depth_token_only and grids[0].shape == (2, 4, 4, 4)
     with torch.no_grad():
@@ -307,3 +307,21 @@ def test_class_attention_grids_and_similarity_for_cait():
     np_model = vit_scratch.create_numpy_model(
         "cait_digits", vit_scratch.state_dict_to_numpy(model.state_dict()), depth=2)
     np.testing.assert_allclose(plotting.pos_embed_similarity(np_model)[0], sim, atol=1e-6)
+
+
+def test_digits_split_is_stratified_and_fixed():
+    from vit_scratch.data import load_digits, stratified_split
+
+    x_train, y_train, x_test, y_test = load_digits()
+    assert x_train.shape[1:] == (1, 8, 8) and x_train.dtype == np.float32
+    assert len(y_train) + len(y_test) == 1797
+    assert 0.0 <= x_train.min() and x_train.max() <= 1.0
+    counts = np.bincount(y_test, minlength=10)
+    assert counts.min() >= 35 and counts.max() <= 37  # 20% of each class (~180 per class)
+    np.testing.assert_array_equal(load_digits()[3], y_test)  # fixed by the seed
+    assert not np.array_equal(load_digits(seed=1)[3], y_test)
+    labels = np.repeat(np.arange(3), [10, 20, 5])
+    test = stratified_split(labels, 0.2, seed=0)
+    assert [int(test[labels == c].sum()) for c in range(3)] == [2, 4, 1]
+    with pytest.raises(ValueError, match="test_fraction must be in"):
+        stratified_split(labels, 1.0)

@@ -75,7 +75,7 @@ def patch_mosaic(patches: np.ndarray, grid, patch_size: int, gap: int = 2) -> np
 def similarity_mosaic(sim: np.ndarray, grid, gap: int = 1) -> np.ndarray:
     """(N, N) similarities -> one (gh·(gh+gap), gw·(gw+gap)) image: the tile at (r, c) is the
     similarity of patch (r, c)'s embedding with every patch, drawn on the patch grid (the
-    figure of seed 003 and the ViT paper, as one image instead of N subplots)."""
+    figure of the ViT paper, Figure 7 (center), as one image instead of N subplots)."""
     gh, gw = grid
     tiles = rearrange(np.asarray(sim), "(r c) (y x) -> r c y x", r=gh, c=gw, y=gh, x=gw)
     tiles = np.pad(tiles, ((0, 0), (0, 0), (0, gap), (0, gap)), constant_values=np.nan)
