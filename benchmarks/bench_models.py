@@ -4,7 +4,10 @@
     python benchmarks/bench_models.py --model cait_xxs24_224 --img-size 224
     python benchmarks/bench_models.py --model coat_lite_tiny     # or coat_tiny (any CoaT name)
     python benchmarks/bench_models.py --model vit_small_patch16_224 --repeats 20
-    python benchmarks/bench_models.py --device cuda --dtype bf16 --compile   # on a GPU machine
+    python benchmarks/bench_models.py --families --markdown   # one model per family: the README table
+    python benchmarks/bench_models.py --families --device cuda --dtype bf16 --compile --skip-numpy
+                                                           # GPU mode (written for a GPU machine;
+                                                           # not run on one yet)
 
 What it measures (a script, never a test -- timings are noisy and machine-specific):
   1. forward + backward time, ours vs timm, same weights, runs alternating between the two so
@@ -48,9 +51,18 @@ def fwd_bwd_step(model, images, labels, autocast_dtype):
     return step
 
 
+#: One model per family for ``--families`` (the smallest of each that timm also has).
+FAMILY_MODELS = ("vit_tiny_patch16_224", "cait_xxs24_224", "coat_lite_tiny", "coat_tiny")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="vit_tiny_patch16_224")
+    parser.add_argument("--model", nargs="+", default=["vit_tiny_patch16_224"],
+                        help="one or more registered names")
+    parser.add_argument("--families", action="store_true",
+                        help=f"benchmark one model per family: {', '.join(FAMILY_MODELS)} "
+                             f"(those that are registered)")
+    parser.add_argument("--markdown", action="store_true", help="end with a Markdown table")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--img-size", type=int, default=224)
     parser.add_argument("--repeats", type=int, default=10)
@@ -62,18 +74,40 @@ def main(argv=None):
     parser.add_argument("--skip-numpy", action="store_true")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
+    names = list(args.model)
+    if args.families:
+        known = set(vit_scratch.list_models())
+        names = [n for n in FAMILY_MODELS if n in known]
+    results = [bench_one(name, args) for name in names]
+    if args.markdown:
+        print()
+        print("| model | fwd+bwd ms, timm | fwd+bwd ms, ours | ours / timm | fwd ms, NumPy "
+              "| fwd ms, PyTorch | NumPy / PyTorch |")
+        print("|---|---|---|---|---|---|---|")
+        for r in results:
+            cells = [r["model"]] + [
+                f"{r[k]:.2f}" if k in r else "--" for k in (
+                    "fwd_bwd_ms_timm", "fwd_bwd_ms_ours", "fwd_bwd_ratio_ours_over_timm",
+                    "fwd_ms_numpy", "fwd_ms_torch_cpu", "fwd_ratio_numpy_over_torch")]
+            print("| " + " | ".join(cells) + " |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results if len(results) > 1 else results[0], f, indent=2)
+    return results if len(results) > 1 else results[0]
 
+
+def bench_one(model_name: str, args) -> dict:
     import timm  # the reference we race against
 
     torch.manual_seed(0)
     device = args.device
-    oracle = timm.create_model(args.model, img_size=args.img_size)
+    oracle = timm.create_model(model_name, img_size=args.img_size)
     vit_scratch.randomize_weights_(oracle, seed=0)
-    ours = vit_scratch.create_model(args.model, img_size=args.img_size)
+    ours = vit_scratch.create_model(model_name, img_size=args.img_size)
     ours.load_state_dict(oracle.state_dict(), strict=True)
     oracle.to(device).train()
     ours.to(device).train()
-    images = torch.randn(args.batch, 3, args.img_size, args.img_size, device=device)
+    images = torch.randn(args.batch, ours.cfg.in_chans, args.img_size, args.img_size, device=device)
     labels = torch.randint(0, ours.cfg.num_classes, (args.batch,), device=device)
     autocast = torch.bfloat16 if args.dtype == "bf16" else None
     run_oracle, run_ours = oracle, ours
@@ -92,7 +126,7 @@ def main(argv=None):
             times[name].append(time_call(steps[name], device))
     ratios = [o / t for o, t in zip(times["ours"], times["timm"])]
     result = {
-        "model": args.model, "batch": args.batch, "img_size": args.img_size,
+        "model": model_name, "batch": args.batch, "img_size": args.img_size,
         "device": device, "dtype": args.dtype, "compile": args.compile,
         "torch": torch.__version__, "timm": timm.__version__,
         "threads": torch.get_num_threads(),
@@ -102,10 +136,10 @@ def main(argv=None):
     }
 
     if not args.skip_numpy:
-        ours_cpu = vit_scratch.create_model(args.model, img_size=args.img_size).eval()
+        ours_cpu = vit_scratch.create_model(model_name, img_size=args.img_size).eval()
         ours_cpu.load_state_dict(oracle.state_dict())
         np_model = vit_scratch.create_numpy_model(
-            args.model, vit_scratch.state_dict_to_numpy(oracle.state_dict()),
+            model_name, vit_scratch.state_dict_to_numpy(oracle.state_dict()),
             img_size=args.img_size)
         x = images.float().cpu()
         x_np = x.numpy()
@@ -128,10 +162,8 @@ def main(argv=None):
     width = max(map(len, result))
     for key, value in result.items():
         shown = f"{value:.3f}" if isinstance(value, float) else value
-        print(f"{key:<{width}}  {shown}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+        print(f"{key:<{width}}  {shown}", flush=True)
+    print()
     return result
 
 

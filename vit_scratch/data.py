@@ -1,7 +1,20 @@
-"""Offline data: pictures that ship with matplotlib, and preprocessing that follows the model.
+"""Offline data: pictures that ship with matplotlib, training sets, and preprocessing that
+follows the model.
 
 Nothing here downloads anything.  ``sample_image()`` is Grace Hopper's portrait from
 matplotlib's bundled sample data, center-cropped and resized to the size a ViT expects.
+
+Training data (``make_datasets(name, model)`` -> a train and a test PyTorch dataset of
+``(image, label)`` pairs, images already shaped for the model):
+
+    "digits"            scikit-learn's bundled 8×8 handwritten digits (``load_digits``)
+    "digits_on_canvas"  the localisation set: each digit at a random place on a larger noisy
+                        canvas, its box recorded (``digits_on_canvas``)
+    a folder            your own pictures, one subfolder per class (torchvision's ``ImageFolder``)
+
+The data follows the model: images are resized to the model's ``input_size``, turned into its
+number of channels and normalised with its mean and std (all from its ``pretrained_cfg``); the
+trainer then gives the model as many classes as the data has.
 
 Normalisation has no default on purpose: each checkpoint expects the mean and std it was trained
 with, and they differ (timm's ``vit_*`` weights: mean = std = 0.5; ``deit_*``, ``cait_*``,
@@ -11,6 +24,7 @@ them from the model's ``pretrained_cfg``.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -125,6 +139,20 @@ def preprocess(image, config) -> np.ndarray:
     return normalize(array, cfg)
 
 
+def stratified_split(labels: np.ndarray, test_fraction: float = 0.2, seed: int = 0) -> np.ndarray:
+    """A boolean mask (N,) that is True for the test items: ``round(test_fraction · n_c)`` of each
+    class c, drawn at random (fixed by ``seed``), so every class is split in the same proportion."""
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    labels = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    test = np.zeros(len(labels), dtype=bool)
+    for c in np.unique(labels):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        test[idx[: round(test_fraction * len(idx))]] = True
+    return test
+
+
 def load_digits(test_fraction: float = 0.2, seed: int = 0):
     """scikit-learn's bundled handwritten digits (1,797 images, 8×8, grey, 10 classes).
 
@@ -134,16 +162,10 @@ def load_digits(test_fraction: float = 0.2, seed: int = 0):
     """
     from sklearn.datasets import load_digits as _load
 
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
     digits = _load()
     images = (digits.images / 16.0).astype(np.float32)[:, None]  # (N, 1, 8, 8)
     labels = digits.target.astype(np.int64)
-    rng = np.random.default_rng(seed)
-    test = np.zeros(len(labels), dtype=bool)
-    for c in np.unique(labels):
-        idx = rng.permutation(np.flatnonzero(labels == c))
-        test[idx[: round(test_fraction * len(idx))]] = True
+    test = stratified_split(labels, test_fraction, seed)
     return images[~test], labels[~test], images[test], labels[test]
 
 
@@ -189,3 +211,155 @@ def digits_on_canvas(canvas_size: int = 32, scale: int = 1, noise: float = 0.1,
     canvas_train, box_train = paste(x_train)
     canvas_test, box_test = paste(x_test)
     return canvas_train, y_train, box_train, canvas_test, y_test, box_test
+
+
+# --- PyTorch datasets for the trainer ---------------------------------------------------------
+
+#: The built-in data sets ``make_datasets`` (and ``python -m vit_scratch.train --data``) know.
+DATASETS = {
+    "digits": "scikit-learn's 1,797 handwritten digits (8×8, grey, 10 classes), resized to the "
+              "model's input",
+    "digits_on_canvas": "the localisation set: each digit at a random place on a noisy canvas "
+                        "of the model's input size (boxes in dataset.boxes)",
+}
+
+
+def to_model_input(images: np.ndarray, config):
+    """Images (N, C, H, W) float in [0, 1] -> a float32 tensor shaped and normalised as the
+    model expects: resized to its ``input_size`` (its ``interpolation``; antialiased when
+    shrinking), grey repeated to 3 channels or RGB averaged to grey, then ``normalize``.
+
+    config: a model, a registered name or a ``pretrained_cfg``."""
+    import torch
+    import torch.nn.functional as F
+
+    cfg = resolve_pretrained_cfg(config)
+    chans, height, width = cfg["input_size"]
+    x = torch.as_tensor(np.asarray(images, dtype=np.float32))
+    if x.ndim != 4:
+        raise ValueError(f"images must have shape (N, C, H, W), got shape {tuple(x.shape)}")
+    if x.shape[-2:] != (height, width):
+        mode = cfg.get("interpolation", "bilinear")
+        shrink = x.shape[-2] > height or x.shape[-1] > width
+        x = F.interpolate(x, size=(height, width), mode=mode,
+                          align_corners=None if mode == "nearest" else False,
+                          antialias=shrink and mode != "nearest").clamp_(0.0, 1.0)
+    if x.shape[1] != chans:
+        if x.shape[1] == 1:
+            x = x.expand(-1, chans, -1, -1)
+        elif chans == 1:
+            x = x.mean(dim=1, keepdim=True)
+        else:
+            raise ValueError(f"cannot turn {x.shape[1]}-channel images into {chans} channels")
+    return torch.from_numpy(normalize(x.numpy(), cfg))
+
+
+def _tensor_dataset(images, labels, classes, **attributes):
+    import torch
+    from torch.utils.data import TensorDataset
+
+    dataset = TensorDataset(images, torch.as_tensor(labels, dtype=torch.int64))
+    dataset.classes = list(classes)
+    for key, value in attributes.items():
+        setattr(dataset, key, value)
+    return dataset
+
+
+def digits_datasets(config, test_fraction: float = 0.2, seed: int = 0):
+    """scikit-learn's digits as a train and a test ``TensorDataset`` of ``(image, label)``,
+    images shaped for ``config`` (a model, a registered name or a ``pretrained_cfg``) by
+    :func:`to_model_input`.  The split is :func:`load_digits`' (stratified, fixed by ``seed``)."""
+    x_train, y_train, x_test, y_test = load_digits(test_fraction, seed)
+    classes = [str(d) for d in range(10)]
+    return (_tensor_dataset(to_model_input(x_train, config), y_train, classes),
+            _tensor_dataset(to_model_input(x_test, config), y_test, classes))
+
+
+def canvas_datasets(config, test_fraction: float = 0.2, seed: int = 0, scale: int | None = None,
+                    noise: float = 0.1):
+    """The localisation set (:func:`digits_on_canvas`) as a train and a test ``TensorDataset``.
+
+    The canvas is the model's input size (square), so the boxes are in the model's pixels; the
+    digit is enlarged ``scale`` times (default: ``max(1, size // 32)``).  Each dataset has
+    ``.boxes``, an int64 array (N, 4) of (top, left, height, width)."""
+    cfg = resolve_pretrained_cfg(config)
+    _, height, width = cfg["input_size"]
+    if height != width:
+        raise ValueError(f"digits_on_canvas needs a square input, the model takes {height}×{width}")
+    scale = max(1, height // 32) if scale is None else scale
+    x_tr, y_tr, b_tr, x_te, y_te, b_te = digits_on_canvas(height, scale, noise, test_fraction,
+                                                          seed)
+    classes = [str(d) for d in range(10)]
+    return (_tensor_dataset(to_model_input(x_tr, cfg), y_tr, classes, boxes=b_tr),
+            _tensor_dataset(to_model_input(x_te, cfg), y_te, classes, boxes=b_te))
+
+
+def image_folder_datasets(root, config, test_fraction: float = 0.2, seed: int = 0):
+    """Your own pictures: a folder with one subfolder per class (torchvision's ``ImageFolder``).
+
+    If ``root`` holds ``train/`` and ``test/`` (or ``val/``) folders, those are the split;
+    otherwise the images are split stratified, ``test_fraction`` of each class, fixed by
+    ``seed``.  Each image goes through :func:`preprocess` (resize, centre crop, normalise, as
+    the model's ``pretrained_cfg`` says).  Both datasets have ``.classes`` (the folder names)."""
+    import torch
+    from torch.utils.data import Subset
+    from torchvision.datasets import ImageFolder
+
+    root = Path(root)
+    cfg = resolve_pretrained_cfg(config)
+
+    def transform(image):
+        return torch.from_numpy(preprocess(image, cfg))
+
+    def folder(path):
+        try:
+            dataset = ImageFolder(str(path), transform=transform)
+        except (FileNotFoundError, OSError) as error:
+            raise ValueError(f"data folder {str(path)!r} holds no images in class subfolders "
+                             f"(expected {path}/<class>/<image>.png, ...): {error}") from None
+        if len(dataset.classes) < 2:
+            raise ValueError(f"data folder {str(path)!r} has {len(dataset.classes)} class "
+                             f"subfolder(s) with images; a classifier needs at least 2")
+        return dataset
+
+    test_dir = next((root / n for n in ("test", "val") if (root / n).is_dir()), None)
+    if (root / "train").is_dir() and test_dir is not None:
+        train, test = folder(root / "train"), folder(test_dir)
+        if train.classes != test.classes:
+            raise ValueError(f"{root / 'train'} and {test_dir} have different class folders: "
+                             f"{train.classes} vs {test.classes}")
+        return train, test
+    full = folder(root)
+    is_test = stratified_split(np.asarray(full.targets), test_fraction, seed)
+    if is_test.all() or not is_test.any():
+        raise ValueError(f"data folder {str(root)!r} has too few images ({len(full)}) to split "
+                         f"into train and test with test_fraction={test_fraction}")
+    train = Subset(full, np.flatnonzero(~is_test).tolist())
+    test = Subset(full, np.flatnonzero(is_test).tolist())
+    train.classes = test.classes = full.classes
+    return train, test
+
+
+def check_data(data) -> str:
+    """A ``--data`` value: a built-in name (``DATASETS``) or an existing folder; anything else
+    is a ``ValueError`` listing the known names."""
+    if isinstance(data, (str, Path)):
+        if str(data) in DATASETS:
+            return str(data)
+        if Path(data).is_dir():
+            return str(data)
+    raise ValueError(f"unknown data {str(data)!r}: not a built-in data set and not a folder; "
+                     f"known data sets: {', '.join(DATASETS)}, or a folder of images with one "
+                     f"subfolder per class")
+
+
+def make_datasets(data, config, test_fraction: float = 0.2, seed: int = 0):
+    """``data`` (a name in ``DATASETS`` or a folder of class subfolders) -> ``(train, test)``
+    PyTorch datasets of ``(image, label)``, images shaped for ``config`` (a model, a registered
+    name or a ``pretrained_cfg``); both have ``.classes``."""
+    data = check_data(data)
+    if data == "digits":
+        return digits_datasets(config, test_fraction, seed)
+    if data == "digits_on_canvas":
+        return canvas_datasets(config, test_fraction, seed)
+    return image_folder_datasets(data, config, test_fraction, seed)

@@ -1,9 +1,22 @@
-"""Figures the notebooks draw: patch grids, position-embedding similarity, attention maps.
+"""Figures and the arrays behind them: patch grids, position-embedding similarity, attention.
 
-Every function takes arrays (C, H, W images, (N, N) similarity, (heads, gh, gw) maps) and an
-optional matplotlib ``ax``; they return the axes so a notebook can add titles.
+Two kinds of functions:
+
+* **arrays** from a model, through the model interface only (``get_attention_maps``,
+  ``get_attention_grids``, ``pos_embed``), so they work for every family and in both rooms
+  (a PyTorch model is run under ``torch.no_grad()``, results come back as NumPy arrays):
+  ``attention_grids`` (every attention layer's readout on the patch grid: ViT's class-token
+  rows, CaiT's class-attention maps), ``attention_rollout_grid`` (ViT), ``pos_embed_similarity``,
+  ``factorized_attention_view`` (CoaT's key distributions), ``share_inside_boxes``;
+* **figures**: every drawing function takes arrays (C, H, W images, (N, N) similarity,
+  (heads, gh, gw) maps) and an optional matplotlib ``ax``, and returns the axes (or the figure)
+  so a notebook can add titles.
+
+Images are drawn as given: pass them in [0, 1] (``unnormalize`` undoes a model's mean/std).
 """
 from __future__ import annotations
+
+from contextlib import nullcontext
 
 import numpy as np
 from einops import rearrange
@@ -61,8 +74,8 @@ def patch_mosaic(patches: np.ndarray, grid, patch_size: int, gap: int = 2) -> np
 
 def similarity_mosaic(sim: np.ndarray, grid, gap: int = 1) -> np.ndarray:
     """(N, N) similarities -> one (gh·(gh+gap), gw·(gw+gap)) image: the tile at (r, c) is the
-    similarity of patch (r, c)'s embedding with every patch, drawn on the patch grid (Fig. 7 of
-    the ViT paper, as one image instead of N subplots)."""
+    similarity of patch (r, c)'s embedding with every patch, drawn on the patch grid (the
+    figure of the ViT paper, Figure 7 (center), as one image instead of N subplots)."""
     gh, gw = grid
     tiles = rearrange(np.asarray(sim), "(r c) (y x) -> r c y x", r=gh, c=gw, y=gh, x=gw)
     tiles = np.pad(tiles, ((0, 0), (0, 0), (0, gap), (0, gap)), constant_values=np.nan)
@@ -96,3 +109,246 @@ def plot_attention_overlay(img: np.ndarray, attn_map: np.ndarray, patch_size: in
     ax.imshow(upsample_map(np.asarray(attn_map, dtype=np.float32), patch_size), cmap=cmap,
               alpha=alpha, vmin=vmin, vmax=vmax)
     return ax
+
+
+def upsample_to(attn_map: np.ndarray, size) -> np.ndarray:
+    """(..., gh, gw) -> (..., H, W): each cell repeated over the H/gh × W/gw pixels it covers
+    (H, W must be multiples of gh, gw)."""
+    attn_map = np.asarray(attn_map)
+    gh, gw = attn_map.shape[-2:]
+    H, W = size
+    if H % gh or W % gw:
+        raise ValueError(f"a {gh}×{gw} map does not tile a {H}×{W} image")
+    return attn_map.repeat(H // gh, axis=-2).repeat(W // gw, axis=-1)
+
+
+# --- arrays from a model (any family, either room) --------------------------------------------
+
+def to_numpy(x) -> np.ndarray:
+    """A tensor (any device, any float dtype) or an array -> a NumPy array (float32 for
+    reduced-precision tensors)."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu()
+        if x.is_floating_point() and x.element_size() < 4:
+            x = x.float()
+        return x.numpy()
+    return np.asarray(x)
+
+
+def _no_grad(model):
+    """``torch.no_grad()`` for a PyTorch model, nothing for a NumPy one."""
+    if hasattr(model, "parameters") and hasattr(model, "train"):
+        import torch
+
+        return torch.no_grad()
+    return nullcontext()
+
+
+def _as_input(model, images):
+    """NumPy images for a NumPy model; a tensor on the model's device for a PyTorch one."""
+    if hasattr(model, "parameters") and hasattr(model, "train"):
+        import torch
+
+        param = next(model.parameters())
+        return torch.as_tensor(np.asarray(images) if not hasattr(images, "detach") else images,
+                               dtype=param.dtype).to(param.device)
+    return to_numpy(images)
+
+
+def attention_grids(model, images) -> list[np.ndarray]:
+    """Where each attention layer's readout looks: one (B, heads, gh, gw) array per layer, from
+    ``model.get_attention_grids``.  ViT: every block's class-token row; CaiT: the class-attention
+    layers; CoaT: each scale's map on that scale's grid (the family documents it).
+
+    When every layer has the same shape, ``np.stack(attention_grids(m, x), 1)`` gives
+    (B, layers, heads, gh, gw)."""
+    with _no_grad(model):
+        return [to_numpy(g) for g in model.get_attention_grids(_as_input(model, images))]
+
+
+def attention_rollout_grid(model, images, head_fusion: str = "mean") -> np.ndarray:
+    """Attention rollout (Abnar & Zuidema, "Quantifying Attention Flow in Transformers", 2020,
+    https://arxiv.org/abs/2005.00928) of a model whose attention maps are all token-to-token
+    (B, heads, N, N) with the same N, as ViT's: the class token's row of the rolled-out
+    matrix on the patch grid, (B, gh, gw); each row sums to 1 over all N tokens before the
+    prefix tokens are dropped."""
+    from .numpy_nn.attention import attention_rollout
+
+    with _no_grad(model):
+        maps = [to_numpy(m) for m in model.get_attention_maps(_as_input(model, images))]
+    shapes = {m.shape for m in maps}
+    if len(shapes) != 1 or maps[0].ndim != 4 or maps[0].shape[-1] != maps[0].shape[-2]:
+        raise ValueError(f"attention rollout needs every layer to map all N tokens to all N "
+                         f"tokens (B, heads, N, N), as ViT's do; this model's maps have shapes "
+                         f"{sorted(shapes)} -- use attention_grids for its per-layer maps")
+    rollout = attention_rollout(maps, head_fusion)  # (B, N, N)
+    grid = model.patch_embed.grid_size if hasattr(model, "patch_embed") else model.cfg.grid_size
+    prefix = model.num_prefix_tokens
+    return rearrange(rollout[:, 0, prefix:], "b (gh gw) -> b gh gw", gh=grid[0], gw=grid[1])
+
+
+def pos_embed_similarity(model) -> tuple[np.ndarray, tuple[int, int]]:
+    """Cosine similarity between the learned position embeddings of every pair of patches, as
+    in the ViT paper's Figure 7 (center): ``(sim (N, N), grid (gh, gw))``, ready for
+    ``plot_similarity_grid``.  The prefix entries (a class token's position, ViT) are left out.
+    Models without a learned ``pos_embed`` (CoaT encodes position with convolutions) raise a
+    ``ValueError``."""
+    if hasattr(model, "state_dict"):
+        pe = getattr(model, "pos_embed", None)
+    else:  # the NumPy room keeps its weights in .params
+        pe = getattr(model, "params", {}).get("pos_embed")
+    if pe is None:
+        raise ValueError(f"{type(model).__name__} has no learned pos_embed (its position "
+                         f"information comes from elsewhere, e.g. convolutions)")
+    grid = model.patch_embed.grid_size if hasattr(model, "patch_embed") else model.cfg.grid_size
+    e = to_numpy(pe).astype(np.float64)[0]  # (prefix + gh·gw, C)
+    e = e[len(e) - grid[0] * grid[1]:]  # the grid's entries: ViT's class-token entry dropped
+    e = e / np.linalg.norm(e, axis=-1, keepdims=True)
+    return e @ e.T, tuple(grid)
+
+
+def box_masks(boxes, size) -> np.ndarray:
+    """Boxes (B, 4) as (top, left, height, width) in pixels -> boolean masks (B, H, W)."""
+    boxes = np.asarray(boxes)
+    H, W = size
+    rows, cols = np.arange(H), np.arange(W)
+    top, left, h, w = (boxes[:, i, None] for i in range(4))
+    inside_r = (rows >= top) & (rows < top + h)  # (B, H)
+    inside_c = (cols >= left) & (cols < left + w)  # (B, W)
+    return inside_r[:, :, None] & inside_c[:, None, :]
+
+
+def share_inside_boxes(maps, boxes, size) -> np.ndarray:
+    """The share of attention that falls inside each image's box.
+
+    maps (B, ..., gh, gw) non-negative (e.g. class-attention grids), boxes (B, 4) as (top, left,
+    height, width) in pixels of an image of ``size`` (H, W).  Each cell's weight is spread evenly
+    over its pixels, so a box that cuts a patch gets its covered part.  Returns (B, ...).
+    Compare with the box's own share of the image, ``h·w / (H·W)``: attention that ignored
+    where the digit is would score about that."""
+    maps = np.asarray(maps, dtype=np.float64)
+    H, W = size
+    gh, gw = maps.shape[-2:]
+    per_pixel = upsample_to(maps, (H, W)) / ((H // gh) * (W // gw))  # mass per pixel
+    mask = box_masks(boxes, (H, W)).reshape((len(maps),) + (1,) * (maps.ndim - 3) + (H, W))
+    inside = (per_pixel * mask).sum(axis=(-2, -1))
+    return inside / maps.sum(axis=(-2, -1))
+
+
+def factorized_attention_view(model, images) -> list[np.ndarray]:
+    """What CoaT's factorized attention (Xu et al., "Co-Scale Conv-Attentional Image
+    Transformers", https://arxiv.org/abs/2104.06399) lets us draw.  It has no N × N map: each
+    head computes softmax(K)ᵀ V, a d × d summary, where softmax(K) normalises every key channel
+    over the N tokens.  So each key channel is a distribution over the image -- the places whose
+    values it gathers into the summary.
+
+    Returns, per factorized-attention layer, (B, heads, d, gh, gw): softmax(K) of every channel on
+    its scale's token grid (from ``model.get_attention_maps(images, view="keys")``; the class
+    token's own entry is left out, so each map sums to a little less than 1).  Averaged over the
+    d channels it is ``model.get_attention_grids(images, view="keys")``."""
+    x = _as_input(model, images)
+    with _no_grad(model):
+        keys = [to_numpy(k) for k in model.get_attention_maps(x, view="keys")]  # (B, h, N, d)
+        grids = [to_numpy(g).shape[-2:] for g in model.get_attention_grids(x, view="class")]
+    return [rearrange(k[:, :, k.shape[2] - gh * gw:], "b h (gh gw) d -> b h d gh gw", gh=gh, gw=gw)
+            for k, (gh, gw) in zip(keys, grids)]
+
+
+def unnormalize(images, config) -> np.ndarray:
+    """Undo ``normalize``: (C, H, W) or (B, C, H, W) -> pixels in about [0, 1], for drawing.
+    ``config``: a model, a registered name or a ``pretrained_cfg``."""
+    from .data import resolve_pretrained_cfg
+
+    cfg = resolve_pretrained_cfg(config)
+    shape = (-1, 1, 1)
+    images = to_numpy(images)
+    return (images * np.reshape(cfg["std"], shape) + np.reshape(cfg["mean"], shape)).astype(
+        np.float32)
+
+
+# --- figures from those arrays ----------------------------------------------------------------
+
+def plot_attention_grid_overlay(img: np.ndarray, attn_map: np.ndarray, ax=None,
+                                title: str | None = None, alpha: float = 0.6,
+                                cmap: str = "inferno", vmin=None, vmax=None):
+    """``plot_attention_overlay`` for a map on any grid that tiles the image: (gh, gw) over
+    (C, H, W), each cell drawn over the pixels it covers."""
+    ax = show_image(img, ax, title)
+    ax.imshow(upsample_to(np.asarray(attn_map, dtype=np.float32), img.shape[-2:]), cmap=cmap,
+              alpha=alpha, vmin=vmin, vmax=vmax)
+    return ax
+
+
+def plot_layer_head_maps(img: np.ndarray, maps: np.ndarray, boxes=None, title: str | None = None,
+                         layer_names=None, size: float = 1.4):
+    """A figure of (layers, heads, gh, gw) maps over one image: a row per layer, a column per
+    head, plus a last column with the heads' mean; ``boxes`` (4,) draws the object's box.
+    Returns the figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    maps = np.asarray(maps)
+    layers, heads = maps.shape[:2]
+    fig, axes = plt.subplots(layers, heads + 1, figsize=(size * (heads + 1), size * layers),
+                             squeeze=False)
+    for i in range(layers):
+        for j in range(heads + 1):
+            m = maps[i, j] if j < heads else maps[i].mean(0)
+            ax = plot_attention_grid_overlay(img, m, ax=axes[i, j])
+            if boxes is not None:
+                top, left, h, w = boxes
+                ax.add_patch(Rectangle((left - 0.5, top - 0.5), w, h, fill=False, color="cyan",
+                                       lw=1))
+            if i == 0:
+                ax.set_title(f"head {j}" if j < heads else "mean", fontsize=8)
+        name = layer_names[i] if layer_names is not None else f"layer {i}"
+        axes[i, 0].text(-0.1, 0.5, name, transform=axes[i, 0].transAxes, rotation=90,
+                        ha="right", va="center", fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def plot_training_curves(history: list[dict], axes=None, title: str | None = None):
+    """Loss and accuracy per epoch (train and test) from the trainer's history (a list of
+    dicts with ``epoch``, ``train_loss``, ``test_loss``, ``train_accuracy``, ``test_accuracy``).
+    ``axes``: two matplotlib axes, or None for a new figure.  Returns the two axes."""
+    if axes is None:
+        import matplotlib.pyplot as plt
+
+        _, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    _draw_curves(history, axes, title)
+    return axes
+
+
+def _draw_curves(history, axes, title):
+    epochs = [h["epoch"] for h in history]
+    loss_ax, acc_ax = axes
+    loss_ax.plot(epochs, [h["train_loss"] for h in history], label="train (augmented)")
+    loss_ax.plot(epochs, [h["test_loss"] for h in history], label="test")
+    loss_ax.set_xlabel("epoch")
+    loss_ax.set_ylabel("cross-entropy")
+    loss_ax.legend()
+    acc_ax.plot(epochs, [h["train_accuracy"] for h in history], label="train (augmented)")
+    acc_ax.plot(epochs, [h["test_accuracy"] for h in history], label="test")
+    acc_ax.set_xlabel("epoch")
+    acc_ax.set_ylabel("accuracy")
+    acc_ax.set_ylim(max(0.0, min(h["test_accuracy"] for h in history) - 0.05), 1.0)
+    acc_ax.legend(loc="lower right")
+    best = history[-1]["test_accuracy"]
+    acc_ax.set_title(f"final test accuracy {best:.4f}", fontsize=9)
+    if title:
+        loss_ax.set_title(title, fontsize=9)
+
+
+def save_training_curves(history: list[dict], path, title: str | None = None) -> None:
+    """``plot_training_curves`` into a PNG file, without pyplot (safe in scripts and threads)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 3.2))
+    FigureCanvasAgg(fig)
+    _draw_curves(history, fig.subplots(1, 2), title)
+    fig.tight_layout()
+    fig.savefig(str(path), dpi=80)

@@ -350,7 +350,10 @@ _DIGITS_WINDOWS = {3: 2, 5: 2}  # 4 heads; a 7×7 window would cover the whole 8
 @register_model(FAMILY, pretrained_cfg=DIGITS_CFG)
 def coat_lite_digits() -> CoaTConfig:
     """A small CoaT-Lite for 8×8 digits: patch 1 (grids 8, 4, 2, 1), dims 32/64/96/128, one
-    serial block per scale, 4 heads with 3×3 and 5×5 CRPE windows."""
+    serial block per scale, 4 heads with 3×3 and 5×5 CRPE windows.
+
+    With the trainer's defaults and ``--epochs 20`` (an epoch costs about twice vit_digits', so
+    this is vit_digits' 40-epoch time): 98.9 ± 0.5% over five splits (README, "Training")."""
     return CoaTConfig(img_size=8, patch_size=1, in_chans=1, num_classes=10,
                       embed_dims=(32, 64, 96, 128), serial_depths=(1, 1, 1, 1), num_heads=4,
                       mlp_ratios=(2, 2, 2, 2), crpe_window=dict(_DIGITS_WINDOWS))
@@ -360,7 +363,10 @@ def coat_lite_digits() -> CoaTConfig:
 def coat_digits() -> CoaTConfig:
     """A small CoaT for 8×8 digits: patch 1, dims 32/64/64/64, one serial block per scale and
     two parallel blocks (feature interpolation; ``parallel_mode="cross_attention"`` for the
-    other co-scale variant, same weights)."""
+    other co-scale variant, same weights).
+
+    With the trainer's defaults and ``--epochs 12`` (an epoch costs about 3.5 of vit_digits'):
+    99.0 ± 0.5% over five splits, the best of the four small models (README, "Training")."""
     return CoaTConfig(img_size=8, patch_size=1, in_chans=1, num_classes=10,
                       embed_dims=(32, 64, 64, 64), serial_depths=(1, 1, 1, 1), parallel_depth=2,
                       num_heads=4, mlp_ratios=(2, 2, 2, 2), crpe_window=dict(_DIGITS_WINDOWS))
