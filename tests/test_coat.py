@@ -90,12 +90,20 @@ def test_depthwise_conv_is_a_relative_position_matrix(rng):
 
 
 def test_clipped_relative_indices():
-    # query at i = 4, keys j in 1..5, window M = 3: offsets [-3, -2, -1, 0, 1] -> [-1, -1, -1, 0, 1]
-    np.testing.assert_array_equal(np_cpe.clipped_relative_indices(4, [1, 2, 3, 4, 5], 3),
-                                  [-1, -1, -1, 0, 1])
-    np.testing.assert_array_equal(np_cpe.clipped_relative_indices(0, range(4), 5), [0, 1, 2, 2])
+    # 6 tokens, window M = 3, query i = 4: offsets [-4, -3, -2, -1, 0, 1] -> [-1, -1, -1, -1, 0, 1]
+    R = np_cpe.clipped_relative_indices(6, 3)
+    assert R.shape == (6, 6)
+    np.testing.assert_array_equal(R[4], [-1, -1, -1, -1, 0, 1])
+    np.testing.assert_array_equal(np_cpe.clipped_relative_indices(4, 5)[0], [0, 1, 2, 2])
+    # against the definition, entry by entry: clip(j - i, -(M // 2), M // 2)
+    for n, m in [(1, 1), (5, 1), (7, 5), (9, 7)]:
+        R = np_cpe.clipped_relative_indices(n, m)
+        expected = [[max(-(m // 2), min(m // 2, j - i)) for j in range(n)] for i in range(n)]
+        np.testing.assert_array_equal(R, expected)
     with pytest.raises(ValueError, match="window must be odd"):
-        np_cpe.clipped_relative_indices(0, [1], 4)
+        np_cpe.clipped_relative_indices(3, 4)
+    with pytest.raises(ValueError, match="num_tokens"):
+        np_cpe.clipped_relative_indices(0, 3)
 
 
 # --- bilinear resizing and feature interpolation ----------------------------------------------

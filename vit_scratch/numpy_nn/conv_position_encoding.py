@@ -34,18 +34,20 @@ from .. import checks
 _CHUNK_BYTES = 1 << 21  # images per chunk of the tap sum: ~2 MB of padded input, so it stays in cache
 
 
-def clipped_relative_indices(query_index: int, key_indices, window: int) -> np.ndarray:
-    """Relative positions j - i clipped to a window of ``window`` offsets (1-D).
+def clipped_relative_indices(num_tokens: int, window: int) -> np.ndarray:
+    """(N, N) relative positions ``j - i`` clipped to a centred window of ``window`` offsets (1-D).
 
-    ``clipped_relative_indices(4, [1, 2, 3, 4, 5], 3) -> [-1, -1, -1, 0, 1]``: with a window of
-    3 only the offsets -1, 0, +1 have their own embedding; anything farther shares the edge one.
-    Without clipping the offsets would be [-3, -2, -1, 0, 1].
+    Row ``i`` holds the offsets from token ``i`` to every token ``j``; with a window of M only the
+    offsets -(M // 2) ... M // 2 have their own embedding, and anything farther shares the edge
+    one. ``clipped_relative_indices(6, 3)[4] -> [-1, -1, -1, -1, 0, 1]`` (unclipped:
+    [-4, -3, -2, -1, 0, 1]). The same signature as Exercise 7.1.
     """
-    checks.check_positive(window, "window")
+    num_tokens = checks.check_positive(num_tokens, "num_tokens")
+    window = checks.check_positive(window, "window")
     if window % 2 == 0:
         raise ValueError(f"window must be odd (a centred window), got {window}")
-    half = window // 2
-    return np.clip(np.asarray(key_indices) - query_index, -half, half)
+    idx = np.arange(num_tokens)
+    return np.clip(idx[None, :] - idx[:, None], -(window // 2), window // 2)   # (N, N)
 
 
 def _check_depthwise(x_shape, weight_shape, channels_last: bool) -> int:
