@@ -95,6 +95,8 @@ def test_clipped_relative_indices():
     assert R.shape == (6, 6)
     np.testing.assert_array_equal(R[4], [-1, -1, -1, -1, 0, 1])
     np.testing.assert_array_equal(np_cpe.clipped_relative_indices(4, 5)[0], [0, 1, 2, 2])
+    # the paper-style example: positions 1..5, query at position 4, M = 3 -> [-1, -1, -1, 0, +1]
+    np.testing.assert_array_equal(np_cpe.clipped_relative_indices(5, 3)[4 - 1], [-1, -1, -1, 0, 1])
     # against the definition, entry by entry: clip(j - i, -(M // 2), M // 2)
     for n, m in [(1, 1), (5, 1), (7, 5), (9, 7)]:
         R = np_cpe.clipped_relative_indices(n, m)
