@@ -75,21 +75,11 @@ def torch_kernels(heads: int, device: str, compile_: bool):
 
 def numpy_kernels():
     from vit_scratch.numpy_nn.attention import scaled_dot_product_attention
+    from vit_scratch.numpy_nn.factorized_attention import factorized_attention
 
-    kernels = {"self-attention": lambda q, k, v: scaled_dot_product_attention(q, k, v),
-               "class attention": lambda q, k, v: scaled_dot_product_attention(q[:, :, :1], k, v)}
-    try:  # the CoaT family's NumPy room
-        from vit_scratch.numpy_nn.factorized_attention import factorized_attention
-
-        kernels["factorized"] = factorized_attention
-    except ImportError:
-        def factorized(q, k, v):
-            k = np.exp(k - k.max(axis=-2, keepdims=True))
-            return (q @ (np.swapaxes(k / k.sum(axis=-2, keepdims=True), -1, -2) @ v)) * (
-                q.shape[-1] ** -0.5)
-
-        kernels["factorized"] = factorized
-    return kernels
+    return {"self-attention": lambda q, k, v: scaled_dot_product_attention(q, k, v),
+            "class attention": lambda q, k, v: scaled_dot_product_attention(q[:, :, :1], k, v),
+            "factorized": factorized_attention}
 
 
 def largest_intermediate(name: str, B: int, h: int, N: int, d: int) -> int:

@@ -57,12 +57,12 @@ SMALL_OVERRIDES = {
 
 def small_kwargs(name: str) -> dict:
     """Overrides that build a small, fast model of ``name`` (a smaller image and fewer blocks);
-    the 8×8 digits configs keep their size."""
+    the digits configs (8×8, 24×24) keep their size, which their patch size divides."""
     spec = get_spec(name)
     cfg = spec.config()
     small = SMALL_OVERRIDES.get(spec.family.module, {})
     kwargs = dict(small(cfg) if callable(small) else small)
-    if cfg.img_size == (8, 8):
+    if max(cfg.img_size) <= 32:        # the *_digits configs are small already: their own size
         kwargs.pop("img_size", None)
     else:
         kwargs.setdefault("img_size", 64)
