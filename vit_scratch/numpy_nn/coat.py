@@ -22,7 +22,8 @@ import numpy as np
 from einops import rearrange
 
 from .. import checks, interface
-from ..specs.coat import CoaTConfig, coat_feature_info, coat_param_shapes, shared_keys
+from ..specs.coat import (CoaTConfig, CoaTImageSizeMixin, coat_feature_info, coat_param_shapes,
+                          shared_keys)
 from .base import ModelBase
 from .conv_position_encoding import conv_pos_enc
 from .coscale import parallel_block
@@ -66,7 +67,7 @@ def serial_block(x: np.ndarray, p: dict, num_heads: int, size, records: list | N
     return x + mlp(h, p["mlp.fc1.weight"], p["mlp.fc1.bias"], p["mlp.fc2.weight"], p["mlp.fc2.bias"])
 
 
-class CoaT(ModelBase):
+class CoaT(CoaTImageSizeMixin, ModelBase):
     """A CoaT / CoaT-Lite forward pass in NumPy.  ``CoaT(cfg, params)(images) -> logits``.
 
     params: ``{state_dict key: array}``, with or without the aliases of the shared modules
@@ -90,17 +91,6 @@ class CoaT(ModelBase):
                               for s, depth in zip(range(1, 5), cfg.serial_depths)]
         self.parallel_blocks = [sub_params(p, f"parallel_blocks.{n}.")
                                 for n in range(cfg.parallel_depth)]
-
-    def check_image_size(self, shape) -> None:
-        """(B, in_chans, H, W) with H and W any multiple of the total stride: CoaT has no
-        position embedding tied to one size (``prepare_images`` calls this)."""
-        checks.check_images(shape, self.cfg.in_chans)
-        self.cfg.grid_sizes(tuple(shape[-2:]))
-
-    def grid_sizes(self, images) -> list[tuple[int, int]]:
-        """Check a batch of images and return its four token grids (rows, cols)."""
-        self.check_image_size(images.shape)
-        return self.cfg.grid_sizes(tuple(images.shape[-2:]))
 
     def _scales(self, images: np.ndarray, last: int = 3, records: list | None = None):
         """Scales 1..last+1 through their serial blocks (then the parallel blocks, when all four

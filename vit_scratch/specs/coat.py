@@ -275,6 +275,21 @@ def coat_feature_info(cfg: CoaTConfig) -> list[dict]:
             for s in range(NUM_SCALES)]
 
 
+class CoaTImageSizeMixin:
+    """What both rooms' ``CoaT`` models check of a batch of images (they hold ``self.cfg``)."""
+
+    def check_image_size(self, shape) -> None:
+        """(B, in_chans, H, W) with H and W any multiple of the total stride: CoaT has no
+        position embedding tied to one size (``prepare_images`` calls this)."""
+        checks.check_images(shape, self.cfg.in_chans)
+        self.cfg.grid_sizes(tuple(shape[-2:]))
+
+    def grid_sizes(self, images) -> list[tuple[int, int]]:
+        """Check a batch of images and return its four token grids (rows, cols)."""
+        self.check_image_size(images.shape)
+        return self.cfg.grid_sizes(tuple(images.shape[-2:]))
+
+
 def coat_num_params(cfg: CoaTConfig) -> int:
     """Parameters of the model, each shared tensor counted once (``sum(p.numel() for p in
     model.parameters())``; ``num_params(coat_param_shapes(cfg))`` counts every alias)."""

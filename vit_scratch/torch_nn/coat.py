@@ -26,7 +26,8 @@ from torch import nn
 
 from .. import checks, interface
 from ..specs.base import check_fields
-from ..specs.coat import CPE_WINDOW, NUM_SCALES, CoaTConfig, coat_feature_info
+from ..specs.coat import (CPE_WINDOW, NUM_SCALES, CoaTConfig, CoaTImageSizeMixin,
+                          coat_feature_info)
 from .attention import RecordsAttention
 from .base import ModelBase
 from .conv_position_encoding import ConvPosEnc, ConvRelPosEnc, tokens_to_image
@@ -76,7 +77,7 @@ class SerialBlock(nn.Module):
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
-class CoaT(ModelBase):
+class CoaT(CoaTImageSizeMixin, ModelBase):
     """CoaT / CoaT-Lite.  ``CoaT(CoaTConfig(...))`` or ``CoaT(embed_dims=(...), ...)``.
 
     forward(images (B, C, H, W)) -> logits (B, num_classes); H, W any multiples of the total stride
@@ -140,17 +141,6 @@ class CoaT(ModelBase):
         init_weights_(self)
 
     # --- the forward pass ---------------------------------------------------------------------
-    def check_image_size(self, shape) -> None:
-        """(B, in_chans, H, W) with H and W any multiple of the total stride: CoaT has no
-        position embedding tied to one size (``prepare_images`` calls this)."""
-        checks.check_images(shape, self.cfg.in_chans)
-        self.cfg.grid_sizes(tuple(shape[-2:]))
-
-    def grid_sizes(self, images) -> list[tuple[int, int]]:
-        """Check a batch of images and return its four token grids (rows, cols)."""
-        self.check_image_size(images.shape)
-        return self.cfg.grid_sizes(tuple(images.shape[-2:]))
-
     def scale_modules(self, s: int):
         """(cls_token, patch_embed, serial_blocks) of scale s (1-4)."""
         return tuple(getattr(self, f"{name}{s}") for name in ("cls_token", "patch_embed", "serial_blocks"))
