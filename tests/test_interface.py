@@ -5,6 +5,8 @@ The interface is defined once (``vit_scratch.interface``, ``torch_nn/base.py``,
 moment it registers its names.  Where timm has the same name, timm is the oracle: the same
 ``pretrained_cfg`` numbers, the same ``no_weight_decay`` set, the same intermediate features.
 """
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -74,7 +76,7 @@ def test_forward_head_and_pre_logits(pair):
 
 def test_reset_classifier(pair):
     name, model, _ = pair
-    model = vit_scratch.create_model(name, **_small_kwargs(name)).eval()
+    model = copy.deepcopy(model)  # the module-scoped fixture stays untouched
     x = _images(model)
     model.reset_classifier(5)
     assert model.num_classes == 5 and model.cfg.num_classes == 5
