@@ -367,8 +367,8 @@ def coat_lite_digits() -> CoaTConfig:
     """A small CoaT-Lite for 8×8 digits: patch 1 (grids 8, 4, 2, 1), dims 32/64/96/128, one
     serial block per scale, 4 heads with 3×3 and 5×5 CRPE windows.
 
-    With the trainer's defaults and ``--epochs 20`` (an epoch costs about twice vit_digits', so
-    this is vit_digits' 40-epoch time): 98.9 ± 0.5% over five splits (README, "Training")."""
+    With the trainer's defaults and ``--epochs 20`` (an epoch costs about 1.7× vit_digits', so
+    this takes a little less than vit_digits' 40 epochs): 98.9 ± 0.5% over five splits (README, "Training")."""
     return CoaTConfig(img_size=8, patch_size=1, in_chans=1, num_classes=10,
                       embed_dims=(32, 64, 96, 128), serial_depths=(1, 1, 1, 1), num_heads=4,
                       mlp_ratios=(2, 2, 2, 2), crpe_window=dict(_DIGITS_WINDOWS))
@@ -380,7 +380,7 @@ def coat_digits() -> CoaTConfig:
     two parallel blocks (feature interpolation; ``parallel_mode="cross_attention"`` for the
     other co-scale variant, same weights).
 
-    With the trainer's defaults and ``--epochs 12`` (an epoch costs about 3.5 of vit_digits'):
+    With the trainer's defaults and ``--epochs 12`` (an epoch costs about 2.6× vit_digits'):
     99.0 ± 0.5% over five splits, the best of the four small models (README, "Training")."""
     return CoaTConfig(img_size=8, patch_size=1, in_chans=1, num_classes=10,
                       embed_dims=(32, 64, 64, 64), serial_depths=(1, 1, 1, 1), parallel_depth=2,
