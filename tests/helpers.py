@@ -28,6 +28,29 @@ def make_pair(name: str, seed: int = 0, **kwargs):
     return oracle, ours
 
 
+def check_logits_match_timm(name: str, oracle, ours, x: torch.Tensor, param_shapes: dict, *,
+                            min_scale: float, torch_tol: float, numpy_tol: float,
+                            relative: bool = False, **numpy_kwargs) -> None:
+    """The timm-parity checks every family runs on a ``make_pair``: the same keys in the same
+    order, the spec's ``{key: shape}`` table, non-trivial logits (max |logit| > ``min_scale``),
+    and our PyTorch and NumPy (float32) logits within the tolerances -- absolute, or relative to
+    the largest logit with ``relative=True``.  ``numpy_kwargs`` go to ``create_numpy_model``."""
+    assert list(ours.state_dict()) == list(oracle.state_dict())  # same keys, same order
+    assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == param_shapes
+    with torch.no_grad():
+        expected = oracle(x)
+        got = ours(x)
+    scale = expected.abs().max().item()
+    assert scale > min_scale  # random weights give non-trivial logits
+    norm = scale if relative else 1.0
+    assert max_abs_diff(got, expected) / norm <= torch_tol
+    np_model = vit_scratch.create_numpy_model(
+        name, vit_scratch.state_dict_to_numpy(oracle.state_dict()), **numpy_kwargs)
+    np_logits = np_model(x.numpy())
+    assert np_logits.dtype == np.float32
+    assert max_abs_diff(np_logits, expected) / norm <= numpy_tol
+
+
 def max_abs_diff(a, b) -> float:
     """Largest absolute difference; lists/tuples (CoaT's per-scale features) are compared
     element by element and must have the same length."""

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import vit_scratch
-from helpers import make_pair, max_abs_diff
+from helpers import check_logits_match_timm, make_pair, max_abs_diff
 from vit_scratch.numpy_nn import attention as np_attn
 from vit_scratch.numpy_nn import cait as np_cait
 from vit_scratch.numpy_nn import class_attention as np_ca
@@ -371,20 +371,10 @@ def test_logits_match_timm(name):
     order, the spec's table, fp32 logits within 1e-5 (PyTorch) and 1e-4 (NumPy)."""
     oracle, ours = make_pair(name, seed=1)
     cfg = ours.cfg
-    assert list(ours.state_dict()) == list(oracle.state_dict())
-    assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == cait_param_shapes(cfg)
     batch = 2 if cfg.img_size == (224, 224) else 1
     x = torch.randn(batch, 3, *cfg.img_size, generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        expected = oracle(x)
-        got = ours(x)
-    assert expected.abs().max() > 0.1  # random weights give non-trivial logits
-    assert max_abs_diff(got, expected) <= TORCH_TOL
-    np_model = vit_scratch.create_numpy_model(name, vit_scratch.state_dict_to_numpy(
-        oracle.state_dict()))
-    np_logits = np_model(x.numpy())
-    assert np_logits.dtype == np.float32
-    assert max_abs_diff(np_logits, expected) <= NUMPY_TOL
+    check_logits_match_timm(name, oracle, ours, x, cait_param_shapes(cfg), min_scale=0.1,
+                            torch_tol=TORCH_TOL, numpy_tol=NUMPY_TOL)
 
 
 def test_cait_xxs24_parameter_count():

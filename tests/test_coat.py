@@ -13,14 +13,13 @@ import torch
 import torch.nn.functional as F
 
 import vit_scratch
-from helpers import make_pair, max_abs_diff
+from helpers import check_logits_match_timm, make_pair, max_abs_diff
 from vit_scratch import interface
 from vit_scratch.numpy_nn import coat as np_coat
 from vit_scratch.numpy_nn import conv_position_encoding as np_cpe
 from vit_scratch.numpy_nn import coscale as np_coscale
 from vit_scratch.numpy_nn import factorized_attention as np_fa
 from vit_scratch.specs.coat import CoaTConfig, coat_num_params, coat_param_shapes, shared_keys
-from vit_scratch.torch_nn import coat as t_coat
 from vit_scratch.torch_nn import conv_position_encoding as t_cpe
 from vit_scratch.torch_nn import coscale as t_coscale
 from vit_scratch.torch_nn import factorized_attention as t_fa
@@ -330,19 +329,9 @@ def test_logits_match_timm(name):
     224, the larger ones at 96 to keep the suite fast (the code path is the same)."""
     size = 224 if name in ("coat_lite_tiny", "coat_tiny") else 96
     oracle, ours = make_pair(name, seed=1, img_size=size)
-    assert list(ours.state_dict()) == list(oracle.state_dict())  # same keys, same order
-    assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == coat_param_shapes(ours.cfg)
     x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        expected = oracle(x)
-        got = ours(x)
-    scale = expected.abs().max().item()
-    assert scale > 0.01
-    assert max_abs_diff(got, expected) / scale <= 1e-5
-    params = vit_scratch.state_dict_to_numpy(oracle.state_dict())
-    np_logits = vit_scratch.create_numpy_model(name, params, img_size=size)(x.numpy())
-    assert np_logits.dtype == np.float32
-    assert max_abs_diff(np_logits, expected) / scale <= 1e-5
+    check_logits_match_timm(name, oracle, ours, x, coat_param_shapes(ours.cfg), min_scale=0.01,
+                            torch_tol=1e-5, numpy_tol=1e-5, relative=True, img_size=size)
 
 
 @pytest.mark.parametrize("name,entries,unique,params", [

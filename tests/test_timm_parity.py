@@ -3,12 +3,11 @@
 Every timm parameter is randomized first (``randomize_weights_``): timm initialises biases to 0
 and LayerNorms to identity, which would hide a missing bias or a wrong eps.
 """
-import numpy as np
 import pytest
 import torch
 
 import vit_scratch
-from helpers import make_pair, max_abs_diff, timm_names
+from helpers import check_logits_match_timm, make_pair, max_abs_diff, timm_names
 from vit_scratch.config import num_params, vit_param_shapes
 
 TORCH_TOL = 1e-5
@@ -24,19 +23,8 @@ def images():
 @pytest.mark.parametrize("name", [n for n in timm_names() if n.startswith(("vit_", "deit_"))])
 def test_logits_match_timm(name, images):
     oracle, ours = make_pair(name, seed=1)
-    cfg = ours.cfg
-    assert list(ours.state_dict()) == list(oracle.state_dict())  # same keys, same order
-    assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == vit_param_shapes(cfg)
-    with torch.no_grad():
-        expected = oracle(images)
-        got = ours(images)
-    assert expected.abs().max() > 0.1  # random weights give non-trivial logits
-    assert max_abs_diff(got, expected) <= TORCH_TOL
-    np_model = vit_scratch.create_numpy_model(name, vit_scratch.state_dict_to_numpy(
-        oracle.state_dict()))
-    np_logits = np_model(images.numpy())
-    assert np_logits.dtype == np.float32
-    assert max_abs_diff(np_logits, expected) <= NUMPY_TOL
+    check_logits_match_timm(name, oracle, ours, images, vit_param_shapes(ours.cfg), min_scale=0.1,
+                            torch_tol=TORCH_TOL, numpy_tol=NUMPY_TOL)
 
 
 def test_vit_tiny_parameter_count():
