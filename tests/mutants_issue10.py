@@ -31,7 +31,7 @@ MUTANTS = [
     ("{'state_dict': ...} not unwrapped", "vit_scratch/weights.py",
      'for key in ("model", "state_dict"):', 'for key in ("model",):',
      "tests/test_mutation_gaps.py::test_state_dict_wrapper_is_unwrapped"),
-    ("mask with more dims broadcast silently", "vit_scratch/checks.py",
+    ("mask with more dims broadcast silently", "vit_scratch/validation.py",
      "ok = len(mask_shape) <= len(scores_shape) and all(", "ok = all(",
      "tests/test_mutation_gaps.py::test_mask_with_more_dimensions_than_the_scores_is_refused"),
 ]

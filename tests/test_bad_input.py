@@ -15,7 +15,7 @@ from torch import nn
 
 import vit_scratch
 from helpers import max_abs_diff, one_name_per_family, small_pair
-from vit_scratch import CheckpointError, checks, load_checkpoint, save_checkpoint
+from vit_scratch import CheckpointError, load_checkpoint, save_checkpoint, validation
 from vit_scratch.data import normalize
 from vit_scratch.registry import get_spec
 from vit_scratch.numpy_nn import attention as np_attn
@@ -526,7 +526,7 @@ def test_without_the_check_float32_layer_norm_overflows():
         np_layers.layer_norm(x.numpy(), np.ones(4, np.float32), np.zeros(4, np.float32))
     y = np_layers.layer_norm(x.double().numpy(), np.ones(4), np.zeros(4))  # float64 is fine
     assert max_abs_diff(y, nn.functional.layer_norm(x.double(), (4,), eps=1e-6)) < 1e-12
-    assert math.isclose(checks.MAX_ABS_IMAGE, 1e4)
+    assert math.isclose(validation.MAX_ABS_IMAGE, 1e4)
 
 
 # --- the helpers around the models -------------------------------------------------------------

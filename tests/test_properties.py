@@ -219,7 +219,7 @@ def test_images_give_a_named_error_or_the_cast_result(case):
                        "huge": 10.0 ** rng.uniform(4.5, 30)}[values]
     if dtype in ("uint8", "bool"):
         x = np.abs(x) * (200 if dtype == "uint8" else 1)
-    # 10^4.5 and up is beyond checks.MAX_ABS_IMAGE (in float16 it may even become inf)
+    # 10^4.5 and up is beyond validation.MAX_ABS_IMAGE (in float16 it may even become inf)
     bad = dtype in NON_FLOATS or shape_change != "none" or values in ("nan", "inf", "huge")
     if room == "torch":
         run, xin = getattr(model, entry), _to_torch(x, dtype)

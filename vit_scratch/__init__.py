@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 
 # name -> module that defines it; imported on first use (these need PyTorch)
 _LAZY = {
-    "CheckpointError": "weights",
+    "CheckpointError": "validation",
     "load_checkpoint": "weights",
     "randomize_weights_": "weights",
     "read_state_dict": "weights",

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import checks
+from . import validation
 from .specs.base import IMAGENET_DEFAULT_MEAN as IMAGENET_MEAN  # noqa: F401  (DeiT/CaiT/CoaT)
 from .specs.base import IMAGENET_DEFAULT_STD as IMAGENET_STD  # noqa: F401
 
@@ -58,7 +58,7 @@ def sample_image(size=224, name: str = "grace_hopper.jpg") -> np.ndarray:
     from matplotlib import cbook
     from PIL import Image
 
-    height, width = checks.to_2tuple(size, "size")
+    height, width = validation.to_2tuple(size, "size")
     img = Image.open(cbook.get_sample_data(name, asfileobj=False)).convert("RGB")
     w, h = img.size
     scale = min(w / width, h / height)
@@ -88,7 +88,7 @@ def normalize(images: np.ndarray, config=None, *, mean=None, std=None) -> np.nda
         )
     images = np.asarray(images)
     if images.dtype.kind not in "f":  # uint8 0-255 would come out ~400: refuse it, as the models do
-        checks.check_image_dtype(images.dtype)
+        validation.check_image_dtype(images.dtype)
     images = images.astype(np.float32, copy=False)
     shape = (-1, 1, 1)
     mean = np.reshape(np.asarray(mean, dtype=np.float32), shape)
@@ -185,8 +185,8 @@ def digits_on_canvas(canvas_size: int = 32, scale: int = 1, noise: float = 0.1,
     (N, 1, canvas_size, canvas_size), labels int64 (N,), boxes int64 (N, 4) as
     (top, left, height, width) in pixels.
     """
-    side = 8 * checks.check_positive(scale, "scale")
-    checks.check_positive(canvas_size, "canvas_size")
+    side = 8 * validation.check_positive(scale, "scale")
+    validation.check_positive(canvas_size, "canvas_size")
     if canvas_size < side:
         raise ValueError(f"canvas_size {canvas_size} is smaller than the digit ({side} pixels at "
                          f"scale={scale})")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import pickle
 import re
 import warnings
 import zipfile
@@ -32,7 +31,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import checks
+from . import validation
+from .validation import CheckpointError, UnsafeCheckpointError
 
 SAFETENSORS_SUFFIXES = {".safetensors"}
 TORCH_SUFFIXES = {".pth", ".pt", ".bin", ".ckpt"}
@@ -40,15 +40,6 @@ TORCH_SUFFIXES = {".pth", ".pt", ".bin", ".ckpt"}
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 #: Metadata key under which ``save_checkpoint`` records the patch grid of the position embedding.
 GRID_METADATA_KEY = "pos_embed_grid"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file that cannot be read, or whose keys, shapes or dtypes do not fit the model."""
-
-
-class UnsafeCheckpointError(CheckpointError, pickle.UnpicklingError):
-    """A PyTorch file that holds Python objects beyond tensors and plain containers.  vit_scratch
-    never unpickles those (that would run code chosen by whoever made the file)."""
 
 
 def _describe_path(path: Path) -> str:
@@ -232,9 +223,9 @@ def _mistyped(state_dict: dict, own: dict) -> dict:
     for k, v in state_dict.items():
         if k in own and tuple(v.shape) == tuple(own[k].shape):
             if own[k].is_floating_point() and not v.is_floating_point():
-                out[k] = (checks.dtype_name(v.dtype), "a floating-point dtype")
+                out[k] = (validation.dtype_name(v.dtype), "a floating-point dtype")
             elif not own[k].is_floating_point() and v.dtype != own[k].dtype:
-                out[k] = (checks.dtype_name(v.dtype), checks.dtype_name(own[k].dtype))
+                out[k] = (validation.dtype_name(v.dtype), validation.dtype_name(own[k].dtype))
     return out
 
 
@@ -253,9 +244,9 @@ def load_checkpoint(model: nn.Module, path, strict: bool = True,
             f"model must be a torch.nn.Module, got {type(model).__name__}; for the NumPy room "
             f"read the file and build the model from it: vit_scratch.create_numpy_model(name, "
             f"vit_scratch.state_dict_to_numpy(vit_scratch.read_state_dict(path)))")
-    strict = checks.check_bool(strict, "strict")
+    strict = validation.check_bool(strict, "strict")
     if pos_embed_grid is not None:
-        pos_embed_grid = checks.to_2tuple(pos_embed_grid, "pos_embed_grid")
+        pos_embed_grid = validation.to_2tuple(pos_embed_grid, "pos_embed_grid")
     target = unwrap_model(model)
     state_dict = read_state_dict(path)
     if pos_embed_grid is None:
@@ -272,10 +263,10 @@ def load_checkpoint(model: nn.Module, path, strict: bool = True,
                 state_dict[k] = state_dict[present[0]]
     own = target.state_dict()
     expected = {k: tuple(v.shape) for k, v in own.items()}
-    missing, unexpected, misshaped = checks.param_mismatch(state_dict, expected)
+    missing, unexpected, misshaped = validation.param_mismatch(state_dict, expected)
     mistyped = _mistyped(state_dict, own)
     if missing or unexpected or misshaped or mistyped:
-        message = checks.mismatch_message(f"checkpoint {str(path)!r} for {type(target).__name__}",
+        message = validation.mismatch_message(f"checkpoint {str(path)!r} for {type(target).__name__}",
                                           missing, unexpected, misshaped, mistyped)
         if strict:
             raise CheckpointError(message)
@@ -357,9 +348,9 @@ def randomize_weights_(model: nn.Module, seed: int = 0, std: float = 0.02,
     Norm weights become 1 + N(0, norm_std²), norm biases N(0, norm_std²), everything else
     N(0, std²).  Deterministic for a given seed and parameter order.
     """
-    seed = checks.check_int(seed, "seed", minimum=0)
-    std = checks.check_float(std, "std", 0.0, None)
-    norm_std = checks.check_float(norm_std, "norm_std", 0.0, None)
+    seed = validation.check_int(seed, "seed", minimum=0)
+    std = validation.check_float(std, "std", 0.0, None)
+    norm_std = validation.check_float(norm_std, "norm_std", 0.0, None)
     gen = torch.Generator().manual_seed(seed)
     norm_weights = {id(m.weight) for m in model.modules()
                     if isinstance(m, nn.LayerNorm) and m.weight is not None}

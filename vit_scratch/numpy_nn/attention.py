@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from einops import rearrange
 
-from .. import checks
+from .. import validation
 from .layers import linear, softmax
 
 
@@ -25,14 +25,14 @@ def attention_weights(q: np.ndarray, k: np.ndarray, mask: np.ndarray | None = No
     convention of PyTorch's ``F.scaled_dot_product_attention``, instead of 0/0 = nan.
     """
     q, k = np.asarray(q), np.asarray(k)
-    checks.check_qkv(q.shape, k.shape)
+    validation.check_qkv(q.shape, k.shape)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     scores = (q * np.asarray(scale, dtype=q.dtype)) @ np.swapaxes(k, -1, -2)  # (..., N_q, N_k)
     if mask is None:
         return softmax(scores, axis=-1, out=scores)  # in place: scores is ours
     mask = np.asarray(mask)
-    checks.check_mask_dtype(mask.dtype)
-    checks.check_mask(mask.shape, scores.shape)
+    validation.check_mask_dtype(mask.dtype)
+    validation.check_mask(mask.shape, scores.shape)
     if mask.dtype == np.bool_:
         scores = np.where(mask, scores, -np.inf)
     else:
@@ -50,7 +50,7 @@ def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
     q: (..., N_q, d), k: (..., N_k, d), v: (..., N_k, d_v)  ->  (..., N_q, d_v)
     With ``return_attention=True`` also returns the weights (..., N_q, N_k).
     """
-    checks.check_qkv(np.shape(q), np.shape(k), np.shape(v))
+    validation.check_qkv(np.shape(q), np.shape(k), np.shape(v))
     attn = attention_weights(q, k, mask=mask, scale=scale)
     out = attn @ v
     return (out, attn) if return_attention else out
@@ -58,14 +58,14 @@ def scaled_dot_product_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
 
 def split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:
     """(B, N, h·d) -> (B, h, N, d): channels are head-major, head 0 owns channels 0..d-1."""
-    checks.check_ndim(np.shape(x), 3, "x", "(B, N, h·d)")
-    checks.head_dim(x.shape[-1], num_heads)
+    validation.check_ndim(np.shape(x), 3, "x", "(B, N, h·d)")
+    validation.head_dim(x.shape[-1], num_heads)
     return rearrange(x, "b n (h d) -> b h n d", h=num_heads)
 
 
 def merge_heads(x: np.ndarray) -> np.ndarray:
     """(B, h, N, d) -> (B, N, h·d), the inverse of :func:`split_heads`."""
-    checks.check_ndim(np.shape(x), 4, "x", "(B, h, N, d)")
+    validation.check_ndim(np.shape(x), 4, "x", "(B, h, N, d)")
     return rearrange(x, "b h n d -> b n (h d)")
 
 
@@ -78,9 +78,9 @@ def multi_head_attention(x: np.ndarray, qkv_weight: np.ndarray, qkv_bias: np.nda
     ->  (B, N, C), and the attention weights (B, h, N, N) if ``return_attention``.
     """
     x = np.asarray(x)
-    checks.check_ndim(x.shape, 3, "x", "(B, N, C)")
+    validation.check_ndim(x.shape, 3, "x", "(B, N, C)")
     C = x.shape[-1]
-    checks.head_dim(C, num_heads)
+    validation.head_dim(C, num_heads)
     for name, w, shape in (("qkv_weight", qkv_weight, (3 * C, C)), ("proj_weight", proj_weight, (C, C))):
         if np.shape(w) != shape:
             raise ValueError(f"{name} must have shape {shape} for x with C = {C}, got shape "
@@ -97,7 +97,7 @@ def causal_mask(n: int) -> np.ndarray:
 
     (ViT attends everywhere; masks matter for padding and for autoregressive models.)
     """
-    n = checks.check_positive(n, "n")
+    n = validation.check_positive(n, "n")
     return np.tril(np.ones((n, n), dtype=bool))
 
 
@@ -115,7 +115,7 @@ def attention_rollout(attn_maps, head_fusion: str = "mean") -> np.ndarray:
     rollout = None
     for i, attn in enumerate(attn_maps):
         attn = np.asarray(attn)
-        checks.check_ndim(attn.shape, 4, f"attn_maps[{i}]", "(B, h, N, N)")
+        validation.check_ndim(attn.shape, 4, f"attn_maps[{i}]", "(B, h, N, N)")
         if attn.shape[-1] != attn.shape[-2] or (rollout is not None
                                                 and rollout.shape[-1] != attn.shape[-1]):
             raise ValueError(f"attn_maps[{i}] must have shape (B, h, N, N) with the same N in "
@@ -169,7 +169,7 @@ def talking_heads_attention(x: np.ndarray, qkv_weight: np.ndarray, qkv_bias: np.
     """
     if x.ndim != 3:
         raise ValueError(f"x must have shape (B, N, C), got shape {x.shape}")
-    checks.head_dim(x.shape[-1], num_heads)
+    validation.head_dim(x.shape[-1], num_heads)
     qkv = linear(x, qkv_weight, qkv_bias)  # (B, N, 3C)
     q, k, v = rearrange(qkv, "b n (three h d) -> three b h n d", three=3, h=num_heads)
     scores = (q * np.asarray(q.shape[-1] ** -0.5, dtype=q.dtype)) @ np.swapaxes(k, -1, -2)

@@ -4,7 +4,7 @@ A family's NumPy model subclasses :class:`ModelBase`, sets ``param_shapes`` (its
 ``{key: shape}`` table; ``shared_keys`` too if some keys name one tensor, as in CoaT) and
 provides ``forward_features``, ``forward_intermediates`` and ``get_attention_maps``, each starting
 with ``images = self.prepare_images(images)`` (the input checks and dtype policy of
-``vit_scratch.checks``, the same as the PyTorch room's).  Attribute and method names are those of
+``vit_scratch.validation``, the same as the PyTorch room's).  Attribute and method names are those of
 the PyTorch room
 (``vit_scratch.interface``); the NumPy room is inference only, so it has no classifier reset
 and no weight-decay list.
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .. import checks, interface
+from .. import interface, validation
 from .layers import linear
 
 
@@ -42,7 +42,7 @@ class ModelBase:
     """A forward pass in NumPy, driven by ``params``: ``{state_dict key: array}``.
 
     Everything is computed in the params' dtype: every array float32 (a checkpoint) or every
-    array float64 (the precision tests); anything else is refused (``checks.check_param_dtypes``).
+    array float64 (the precision tests); anything else is refused (``validation.check_param_dtypes``).
     Images follow the same policy as in the PyTorch room (``prepare_images``)."""
 
     param_shapes = None  # cfg -> {key: shape}: the family spec's table
@@ -55,8 +55,8 @@ class ModelBase:
         params = as_params(params, what)
         if type(self).shared_keys is not None:
             params = fill_shared_keys(params, type(self).shared_keys(cfg), what)
-        checks.check_params(params, type(self).param_shapes(cfg), what)
-        dtype = checks.check_param_dtypes({k: v.dtype.name for k, v in params.items()}, what)
+        validation.check_params(params, type(self).param_shapes(cfg), what)
+        dtype = validation.check_param_dtypes({k: v.dtype.name for k, v in params.items()}, what)
         self.cfg = cfg
         self.name = name
         self.params = params
@@ -68,23 +68,23 @@ class ModelBase:
         """(B, C, H, W) with C = ``in_chans`` and (H, W) = ``img_size``: a position embedding
         fixes the size.  A family that takes other sizes (CoaT: any multiple of its stride)
         overrides this, in both rooms."""
-        checks.check_images(shape, self.cfg.in_chans, self.cfg.img_size)
+        validation.check_images(shape, self.cfg.in_chans, self.cfg.img_size)
 
     def prepare_images(self, images) -> np.ndarray:
         """Check a batch (B, C, H, W) before it enters the model and cast it to the model's dtype.
 
-        The policy of ``vit_scratch.checks``, the same as the PyTorch room's: floating-point
+        The policy of ``vit_scratch.validation``, the same as the PyTorch room's: floating-point
         images (float16, float32, float64) are cast to the params' dtype; integer (uint8
         included), bool and complex images are refused, and so are NaN, infinite and huge
-        (> ``checks.MAX_ABS_IMAGE``) values.  A torch tensor is refused too (``.numpy()`` it)."""
+        (> ``validation.MAX_ABS_IMAGE``) values.  A torch tensor is refused too (``.numpy()`` it)."""
         if type(images).__module__.startswith("torch"):
             raise ValueError(f"images is a {type(images).__name__}; the NumPy model takes NumPy "
                              f"arrays: images.detach().cpu().numpy()")
         images = np.asarray(images)
-        checks.check_image_dtype(images.dtype)
+        validation.check_image_dtype(images.dtype)
         self.check_image_size(images.shape)
         if images.size:
-            checks.check_image_values(float(np.abs(images).max()))
+            validation.check_image_values(float(np.abs(images).max()))
         return images.astype(self.dtype, copy=False)
 
     def pool(self, features: np.ndarray) -> np.ndarray:
@@ -95,7 +95,7 @@ class ModelBase:
         """Pool, then classify: (B, num_classes), or (B, num_features) with ``pre_logits`` or
         without a head."""
         x = self.pool(features)
-        checks.check_last_dim(x.shape, self.num_features, "pooled features")
+        validation.check_last_dim(x.shape, self.num_features, "pooled features")
         if pre_logits or not self.num_classes:
             return x
         return linear(x, self.params["head.weight"], self.params["head.bias"])

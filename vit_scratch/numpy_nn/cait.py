@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import checks, interface
+from .. import interface, validation
 from ..specs.cait import CaitConfig, cait_param_shapes
 from .base import ModelBase
 from .class_attention import class_attention_block

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import checks
+from .. import validation
 from .attention import merge_heads, scaled_dot_product_attention, split_heads
 from .layers import layer_norm, linear, mlp
 from .layerscale import layer_scale
@@ -40,7 +40,7 @@ def class_attention(u: np.ndarray, q_weight: np.ndarray, q_bias: np.ndarray | No
     if u.ndim != 3 or u.shape[1] < 2:
         raise ValueError(f"u must have shape (B, 1 + N, C) with the class token first and N >= 1 "
                          f"patch tokens, got shape {u.shape}")
-    checks.head_dim(u.shape[-1], num_heads)
+    validation.head_dim(u.shape[-1], num_heads)
     z = u if class_token_in_keys else u[:, 1:]  # what the class token may look at
     q = split_heads(linear(u[:, :1], q_weight, q_bias), num_heads)  # (B, h, 1, d)
     k = split_heads(linear(z, k_weight, k_bias), num_heads)  # (B, h, M, d), M = 1 + N or N
@@ -62,7 +62,7 @@ def class_attention_block(x: np.ndarray, cls: np.ndarray, p: dict, num_heads: in
     ``attn.q.*``, ``attn.k.*``, ``attn.v.*``, ``attn.proj.*``, ``norm2.*``, ``mlp.*``
     ->  the new class token (B, 1, C) (and the weights if ``return_attention``).
     """
-    checks.check_class_token(cls.shape, x.shape)
+    validation.check_class_token(cls.shape, x.shape)
     u = np.concatenate([cls.astype(x.dtype, copy=False), x], axis=1)  # (B, 1 + N, C)
     h, attn = class_attention(
         layer_norm(u, p["norm1.weight"], p["norm1.bias"]),

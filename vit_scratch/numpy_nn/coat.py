@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from einops import rearrange
 
-from .. import checks, interface
+from .. import interface, validation
 from ..specs.coat import (CoaTConfig, CoaTImageSizeMixin, coat_feature_info, coat_param_shapes,
                           shared_keys)
 from .base import ModelBase

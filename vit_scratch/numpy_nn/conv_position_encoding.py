@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .. import checks
+from .. import validation
 
 _CHUNK_BYTES = 1 << 21  # images per chunk of the tap sum: ~2 MB of padded input, so it stays in cache
 
@@ -42,8 +42,8 @@ def clipped_relative_indices(num_tokens: int, window: int) -> np.ndarray:
     one. ``clipped_relative_indices(6, 3)[4] -> [-1, -1, -1, -1, 0, 1]`` (unclipped:
     [-4, -3, -2, -1, 0, 1]). The same signature as Exercise 7.1.
     """
-    num_tokens = checks.check_positive(num_tokens, "num_tokens")
-    window = checks.check_positive(window, "window")
+    num_tokens = validation.check_positive(num_tokens, "num_tokens")
+    window = validation.check_positive(window, "window")
     if window % 2 == 0:
         raise ValueError(f"window must be odd (a centred window), got {window}")
     idx = np.arange(num_tokens)
@@ -171,7 +171,7 @@ def conv_rel_pos_enc(q: np.ndarray, v: np.ndarray, size, weights, biases) -> np.
     ->  (B, h, 1 + H·W, d), row 0 zero (the class token has no relative position).
     """
     B, h, N, d = q.shape
-    H, W = checks.to_2tuple(size, "size")
+    H, W = validation.to_2tuple(size, "size")
     if N != 1 + H * W or v.shape != q.shape:
         raise ValueError(f"q and v must have shape (B, h, 1 + H·W, d) = (B, h, {1 + H * W}, d) "
                          f"for size {(H, W)}, got {q.shape} and {v.shape}")
@@ -185,7 +185,7 @@ def conv_rel_pos_enc(q: np.ndarray, v: np.ndarray, size, weights, biases) -> np.
 def _check_tokens(x: np.ndarray, size):
     if x.ndim != 3:
         raise ValueError(f"tokens must have shape (B, 1 + H·W, C), got shape {x.shape}")
-    H, W = checks.to_2tuple(size, "size")
+    H, W = validation.to_2tuple(size, "size")
     if x.shape[1] != 1 + H * W:
         raise ValueError(f"tokens of shape {x.shape} do not fit the grid size {(H, W)}: "
                          f"expected 1 + {H}·{W} = {1 + H * W} tokens")

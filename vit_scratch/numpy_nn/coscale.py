@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import checks
+from .. import validation
 from .factorized_attention import conv_attend, conv_attention, crpe_params, split_qkv
 from .layers import layer_norm, linear, mlp
 
@@ -66,7 +66,7 @@ def resized_shape(in_hw, size=None, scale_factor=None) -> tuple[tuple[int, int],
     if (size is None) == (scale_factor is None):
         raise ValueError("give exactly one of size and scale_factor")
     if size is not None:
-        out = checks.to_2tuple(size, "size")
+        out = validation.to_2tuple(size, "size")
         return out, (in_hw[0] / out[0], in_hw[1] / out[1])
     sf = (scale_factor, scale_factor) if np.isscalar(scale_factor) else tuple(scale_factor)
     if len(sf) != 2 or min(sf) <= 0:
@@ -120,7 +120,7 @@ def interpolate_tokens(x: np.ndarray, size, scale_factor: float) -> np.ndarray:
     floor((H, W) · scale_factor)
     """
     B, N, C = x.shape
-    H, W = checks.to_2tuple(size, "size")
+    H, W = validation.to_2tuple(size, "size")
     if N != 1 + H * W:
         raise ValueError(f"tokens of shape {x.shape} do not fit the grid size {(H, W)}")
     img = bilinear_resize(x[:, 1:].reshape(B, H, W, C), scale_factor=scale_factor, axes=(1, 2))

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from einops import rearrange
 
-from .. import checks
+from .. import validation
 from .conv_position_encoding import crpe_conv
 from .layers import linear, softmax
 
@@ -101,8 +101,8 @@ def conv_attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, size, num_heads: in
     view of the channels and only the (B, h, d, d) summaries are per-head arrays.
     """
     B, N, C = q.shape
-    H, W = checks.to_2tuple(size, "size")
-    d = checks.head_dim(C, num_heads)
+    H, W = validation.to_2tuple(size, "size")
+    d = validation.head_dim(C, num_heads)
     if N != 1 + H * W or k.shape != q.shape or v.shape != q.shape:
         raise ValueError(f"q, k, v must have shape (B, 1 + H·W, C) = (B, {1 + H * W}, {C}) for "
                          f"size {(H, W)}, got {q.shape}, {k.shape}, {v.shape}")

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import scipy.special
 
-from .. import checks
+from .. import validation
 
 LAYER_NORM_EPS = 1e-6  # every token LayerNorm of ViT, CaiT and CoaT (REFERENCE.md)
 
@@ -29,12 +29,12 @@ def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) ->
     product instead of a batch of small ones.
     """
     x, weight = np.asarray(x), np.asarray(weight)
-    checks.check_ndim(weight.shape, 2, "linear weight", "(C_out, C_in)")
-    checks.check_last_dim(x.shape, weight.shape[1], "linear input")
+    validation.check_ndim(weight.shape, 2, "linear weight", "(C_out, C_in)")
+    validation.check_last_dim(x.shape, weight.shape[1], "linear input")
     if bias is not None:
         bias = np.asarray(bias)
-        checks.check_ndim(bias.shape, 1, "linear bias", f"(C_out,) = ({weight.shape[0]},)")
-        checks.check_last_dim(bias.shape, weight.shape[0], "linear bias")
+        validation.check_ndim(bias.shape, 1, "linear bias", f"(C_out,) = ({weight.shape[0]},)")
+        validation.check_last_dim(bias.shape, weight.shape[0], "linear bias")
     y = x.reshape(-1, x.shape[-1]) @ weight.T
     if bias is not None:
         y += bias
@@ -55,9 +55,9 @@ def layer_norm(
     """
     x = np.asarray(x)
     for name, p in (("layer_norm weight", weight), ("layer_norm bias", bias)):
-        checks.check_ndim(np.shape(p), 1, name, "(C,)")
-    checks.check_last_dim(x.shape, weight.shape[0], "layer_norm input")
-    checks.check_last_dim(bias.shape, weight.shape[0], "layer_norm bias")
+        validation.check_ndim(np.shape(p), 1, name, "(C,)")
+    validation.check_last_dim(x.shape, weight.shape[0], "layer_norm input")
+    validation.check_last_dim(bias.shape, weight.shape[0], "layer_norm bias")
     mean = x.mean(axis=-1, keepdims=True)
     centered = x - mean
     with np.errstate(over="ignore"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from einops import rearrange
 
-from .. import checks
+from .. import validation
 from .layers import linear
 
 
@@ -21,8 +21,8 @@ def patchify(images: np.ndarray, patch_size: int) -> np.ndarray:
     as (c, row, col), the order of a Conv2d weight (E, C, P, P).
     """
     images = np.asarray(images)
-    patch_size = checks.check_positive(patch_size, "patch_size")
-    checks.check_images(images.shape, patch_size=patch_size)
+    patch_size = validation.check_positive(patch_size, "patch_size")
+    validation.check_images(images.shape, patch_size=patch_size)
     return rearrange(images, "b c (gh p1) (gw p2) -> b (gh gw) (c p1 p2)",
                      p1=patch_size, p2=patch_size)
 
@@ -30,7 +30,7 @@ def patchify(images: np.ndarray, patch_size: int) -> np.ndarray:
 def unpatchify(patches: np.ndarray, patch_size: int, img_size) -> np.ndarray:
     """Inverse of :func:`patchify`: (B, N, C·P·P) -> (B, C, H, W)."""
     patches = np.asarray(patches)
-    gh, gw = checks.grid_size(img_size, patch_size)
+    gh, gw = validation.grid_size(img_size, patch_size)
     if patches.ndim != 3 or patches.shape[1] != gh * gw or patches.shape[2] % (patch_size**2):
         raise ValueError(
             f"patches of shape {patches.shape} do not fit img_size={img_size!r} with "
@@ -45,17 +45,17 @@ def patch_embed(images: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.
 
     images: (B, C, H, W), weight: (E, C, P, P), bias: (E,)  ->  (B, N, E)
 
-    Images follow the models' dtype policy (``vit_scratch.checks.check_image_dtype``): floats,
+    Images follow the models' dtype policy (``vit_scratch.validation.check_image_dtype``): floats,
     computed in the weight's dtype; integer (uint8), bool and complex images are refused.
     """
     images, weight = np.asarray(images), np.asarray(weight)
-    checks.check_ndim(weight.shape, 4, "patch_embed weight", "(E, C, P, P)")
+    validation.check_ndim(weight.shape, 4, "patch_embed weight", "(E, C, P, P)")
     embed_dim, in_chans, patch, patch_w = weight.shape
     if patch != patch_w:
         raise ValueError(f"patch_embed weight must have square patches (E, C, P, P), got shape "
                          f"{weight.shape}")
-    checks.check_image_dtype(images.dtype)
-    checks.check_images(images.shape, in_chans, patch_size=patch)
+    validation.check_image_dtype(images.dtype)
+    validation.check_images(images.shape, in_chans, patch_size=patch)
     images = images.astype(weight.dtype, copy=False)
     return linear(patchify(images, patch), weight.reshape(embed_dim, -1), bias)
 
@@ -66,7 +66,7 @@ def add_class_token(tokens: np.ndarray, cls_token: np.ndarray) -> np.ndarray:
     tokens: (B, N, C), cls_token: (1, 1, C)  ->  (B, 1 + N, C)
     """
     tokens, cls_token = np.asarray(tokens), np.asarray(cls_token)
-    checks.check_ndim(tokens.shape, 3, "tokens", "(B, N, C)")
+    validation.check_ndim(tokens.shape, 3, "tokens", "(B, N, C)")
     if cls_token.shape != (1, 1, tokens.shape[-1]):
         raise ValueError(f"cls_token must have shape (1, 1, C) = (1, 1, {tokens.shape[-1]}), "
                          f"got shape {cls_token.shape}")
@@ -80,10 +80,10 @@ def sincos_pos_embed_1d(positions: np.ndarray, dim: int, temperature: float = 10
     positions: (M,)  ->  (M, dim); the first half are sines, the second half cosines, at
     frequencies ω_i = temperature^(-i / (dim/2)), i = 0 .. dim/2 - 1.
     """
-    checks.check_positive(dim, "dim")
+    validation.check_positive(dim, "dim")
     if dim % 2:
         raise ValueError(f"dim {dim} must be even for a sin-cos embedding")
-    checks.check_ndim(np.shape(positions), 1, "positions", "(M,)")
+    validation.check_ndim(np.shape(positions), 1, "positions", "(M,)")
     omega = temperature ** -(np.arange(dim // 2, dtype=np.float64) / (dim // 2))  # (dim/2,)
     angles = np.asarray(positions, dtype=np.float64)[:, None] * omega[None, :]  # (M, dim/2)
     return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
@@ -97,10 +97,10 @@ def sincos_pos_embed_2d(embed_dim: int, grid_size, class_token: bool = True,
     ->  (1, [1 +] gh·gw, embed_dim), raster order like :func:`patchify`; the class token's row
     is zeros (it has no place in the grid).
     """
-    checks.check_positive(embed_dim, "embed_dim")
+    validation.check_positive(embed_dim, "embed_dim")
     if embed_dim % 4:
         raise ValueError(f"embed_dim {embed_dim} must be divisible by 4 for a 2-D sin-cos embedding")
-    gh, gw = checks.to_2tuple(grid_size, "grid_size")
+    gh, gw = validation.to_2tuple(grid_size, "grid_size")
     rows, cols = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")  # (gh, gw) each
     emb = np.concatenate(
         [sincos_pos_embed_1d(rows.ravel(), embed_dim // 2, temperature),
@@ -119,7 +119,7 @@ def cosine_similarity_grid(pos_embed: np.ndarray, num_prefix_tokens: int = 1) ->
     picture Fig. 7 of the ViT paper draws for patch i.
     """
     pe = np.asarray(pos_embed, dtype=np.float64)
-    checks.check_ndim(pe.shape, 3, "pos_embed", "(1, [prefix +] N, C)")
+    validation.check_ndim(pe.shape, 3, "pos_embed", "(1, [prefix +] N, C)")
     pe = pe[0, num_prefix_tokens:]  # (N, C)
     pe = pe / np.maximum(np.linalg.norm(pe, axis=-1, keepdims=True), 1e-12)
     return pe @ pe.T

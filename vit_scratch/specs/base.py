@@ -14,20 +14,23 @@ The factory finds spec modules on its own, so adding a family edits neither ``mo
 Every family's config is a frozen dataclass that has at least the fields ``img_size``,
 ``in_chans`` and ``num_classes`` (the trainer sets those from the data) and mixes in
 :class:`ConfigMixin` for ``replace`` and validation: ``ConfigMixin.__post_init__`` checks every
-field against its type annotation (``vit_scratch.checks.check_config_fields``: ``qkv_bias='False'``,
+field against its type annotation (:func:`check_config_fields`: ``qkv_bias='False'``,
 ``depth=2.0``, ``mlp_ratio=float('nan')`` are ``ValueError``s naming the field), then calls the
 family's ``validate()`` for ranges and consistency (written with the helpers of
-``vit_scratch.checks``).  A family config defines ``validate``, not ``__post_init__``.
+``vit_scratch.validation``).  A family config defines ``validate``, not ``__post_init__``.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import math
+import types
+import typing
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
-from .. import checks
+from .. import validation
 
 # Normalisation constants of the reference checkpoints (timm's names for them).
 IMAGENET_DEFAULT_MEAN = (0.485, 0.456, 0.406)  # DeiT, CaiT, CoaT
@@ -52,6 +55,99 @@ def check_fields(cls, kwargs: dict) -> dict:
     return kwargs
 
 
+# --- the config machinery: every field checked against its annotation ------------------------
+
+
+def describe_type(tp) -> str:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is bool:
+        return "True or False"
+    if tp is int:
+        return "an int"
+    if tp is float:
+        return "a finite number"
+    if tp is str:
+        return "a str"
+    if tp is type(None):
+        return "None"
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a tuple of {describe_type(args[0]).removeprefix('an ').removeprefix('a ')}s"
+        if len(set(args)) == 1 and args[0] in (int, float):
+            what = describe_type(args[0]).removeprefix("an ").removeprefix("a ") + "s"
+            return f"a pair of {what}" if len(args) == 2 else f"a tuple of {len(args)} {what}"
+        return f"a tuple ({', '.join(describe_type(a) for a in args)})"
+    if origin is typing.Literal:
+        return f"one of {args!r}"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(describe_type(a) for a in args)
+    return getattr(tp, "__name__", str(tp))
+
+
+class _Unchecked(Exception):
+    """An annotation this layer does not know: the family's ``validate()`` checks the field."""
+
+
+def check_value(value, tp, name: str):
+    """``value`` checked against the annotation ``tp`` (and normalised: NumPy scalars become
+    Python ones, lists become tuples).  Annotations it does not know pass unchecked."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is bool:
+        return validation.check_bool(value, name)
+    if tp is int:
+        return validation.check_int(value, name, minimum=None)
+    if tp is float:
+        return validation.check_float(value, name)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{name} must be a str, got {validation.describe_value(value)}")
+        return value
+    if tp is type(None):
+        if value is not None:
+            raise ValueError(f"{name} must be None, got {validation.describe_value(value)}")
+        return None
+    if origin is typing.Literal:
+        return validation.check_choice(value, name, args)
+    if origin is tuple:
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            raise ValueError(f"{name} must be {describe_type(tp)}, got {validation.describe_value(value)}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            items = [(v, args[0]) for v in value]
+        elif len(args) != len(value):
+            raise ValueError(f"{name} must be {describe_type(tp)}, got {validation.describe_value(value)}")
+        else:
+            items = list(zip(value, args))
+        return tuple(check_value(v, a, f"{name}[{i}]") for i, (v, a) in enumerate(items))
+    if origin in (typing.Union, types.UnionType):
+        for arm in args:  # the first arm that accepts the value wins
+            try:
+                return check_value(value, arm, name)
+            except ValueError:
+                continue
+        raise ValueError(f"{name} must be {describe_type(tp)}, got {validation.describe_value(value)}")
+    raise _Unchecked(tp)
+
+
+@functools.lru_cache(maxsize=None)
+def _type_hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def check_config_fields(cfg) -> None:
+    """Check every field of the config dataclass ``cfg`` against its type annotation, in place
+    (a frozen dataclass is updated with ``object.__setattr__``).  ``ConfigMixin.__post_init__``
+    calls this for every family, before the family's own ranges (``validate()``)."""
+    hints = _type_hints(type(cfg))
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        try:
+            checked = check_value(value, hints.get(f.name, typing.Any), f.name)
+        except _Unchecked:
+            continue
+        if checked is not value:
+            object.__setattr__(cfg, f.name, checked)
+
+
 class ConfigMixin:
     """Validation and ``replace(**changes)`` for a frozen config dataclass.
 
@@ -60,15 +156,15 @@ class ConfigMixin:
     ``replace`` are a ``TypeError``."""
 
     def __post_init__(self):
-        checks.check_config_fields(self)
+        check_config_fields(self)
         self.validate()
 
     def validate(self) -> None:
         """Ranges and consistency of the family's fields; raise ``ValueError`` naming the field.
         The common fields are checked here; a family extends this (calling ``super()``)."""
-        checks.to_2tuple(self.img_size, "img_size")
-        checks.check_positive(self.in_chans, "in_chans")
-        checks.check_int(self.num_classes, "num_classes", minimum=0)
+        validation.to_2tuple(self.img_size, "img_size")
+        validation.check_positive(self.in_chans, "in_chans")
+        validation.check_int(self.num_classes, "num_classes", minimum=0)
 
     def replace(self, **changes):
         return dataclasses.replace(self, **check_fields(type(self), changes))
@@ -81,7 +177,7 @@ class PatchGridMixin:
     @property
     def grid_size(self) -> tuple[int, int]:
         """Patches along (H, W)."""
-        return checks.grid_size(self.img_size, self.patch_size)
+        return validation.grid_size(self.img_size, self.patch_size)
 
     @property
     def num_patches(self) -> int:
@@ -94,7 +190,7 @@ class PatchGridMixin:
 
     @property
     def mlp_hidden(self) -> int:
-        return checks.hidden_width(self.embed_dim, self.mlp_ratio)  # int(embed_dim * mlp_ratio), >= 1
+        return validation.hidden_width(self.embed_dim, self.mlp_ratio)  # int(embed_dim * mlp_ratio), >= 1
 
 
 def num_params(shapes: dict[str, tuple[int, ...]]) -> int:

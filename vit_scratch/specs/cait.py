@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import checks
+from .. import validation
 from ..registry import register_model
 from .base import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, ConfigMixin, Family, PatchGridMixin
 from .vit import head_param_shapes, mlp_param_shapes
@@ -39,7 +39,7 @@ def layerscale_init_value(depth: int) -> float:
     deviate once: ``cait_xxs36`` was trained with 1e-5; the registered names keep the values
     of the releases.)
     """
-    checks.check_positive(depth, "depth")
+    validation.check_positive(depth, "depth")
     for max_depth, eps in LAYERSCALE_RULE:
         if depth <= max_depth:
             return eps
@@ -95,23 +95,23 @@ class CaitConfig(PatchGridMixin, ConfigMixin):
     drop_path_rate: float = 0.0  # stochastic depth of each self-attention block
 
     def validate(self):
-        checks.check_positive(self.patch_size, "patch_size")
-        checks.grid_size(self.img_size, self.patch_size)  # the error shows img_size as given
-        object.__setattr__(self, "img_size", checks.to_2tuple(self.img_size, "img_size"))
+        validation.check_positive(self.patch_size, "patch_size")
+        validation.grid_size(self.img_size, self.patch_size)  # the error shows img_size as given
+        object.__setattr__(self, "img_size", validation.to_2tuple(self.img_size, "img_size"))
         super().validate()  # in_chans, num_classes
-        checks.check_positive(self.depth, "depth")
+        validation.check_positive(self.depth, "depth")
         if self.depth_token_only < 1:
             raise ValueError(
                 f"depth_token_only must be an int >= 1 (CaiT needs at least one class-attention "
                 f"block to read the patch tokens into the class token), got "
                 f"{self.depth_token_only!r}")
-        checks.head_dim(self.embed_dim, self.num_heads)
-        checks.hidden_width(self.embed_dim, self.mlp_ratio, "mlp_ratio")
-        checks.hidden_width(self.embed_dim, self.mlp_ratio_token_only, "mlp_ratio_token_only")
+        validation.head_dim(self.embed_dim, self.num_heads)
+        validation.hidden_width(self.embed_dim, self.mlp_ratio, "mlp_ratio")
+        validation.hidden_width(self.embed_dim, self.mlp_ratio_token_only, "mlp_ratio_token_only")
         if self.init_values is not None:
-            checks.check_init_values(self.init_values)
+            validation.check_init_values(self.init_values)
         for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
-            checks.check_probability(getattr(self, name), name)
+            validation.check_probability(getattr(self, name), name)
 
     @property
     def layer_scale_init(self) -> float:
@@ -120,7 +120,7 @@ class CaitConfig(PatchGridMixin, ConfigMixin):
 
     @property
     def mlp_hidden_token_only(self) -> int:
-        return checks.hidden_width(self.embed_dim, self.mlp_ratio_token_only,
+        return validation.hidden_width(self.embed_dim, self.mlp_ratio_token_only,
                                    "mlp_ratio_token_only")
 
 

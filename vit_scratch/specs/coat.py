@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .. import checks
+from .. import validation
 from ..registry import register_model
 from .base import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, ConfigMixin, Family, num_params
 from .vit import DIGITS_CFG, head_param_shapes, mlp_param_shapes
@@ -82,8 +82,8 @@ class CoaTConfig(ConfigMixin):
     def validate(self):
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
         super().validate()  # img_size, in_chans, num_classes (the field types are checked already)
-        checks.check_positive(self.patch_size, "patch_size")
-        checks.check_positive(self.num_heads, "num_heads")
+        validation.check_positive(self.patch_size, "patch_size")
+        validation.check_positive(self.num_heads, "num_heads")
         set_("embed_dims", _four(self.embed_dims, "embed_dims"))
         set_("serial_depths", _four(self.serial_depths, "serial_depths"))
         set_("mlp_ratios", _four(self.mlp_ratios, "mlp_ratios", kind=float))
@@ -95,8 +95,8 @@ class CoaTConfig(ConfigMixin):
         if any(d < 0 for d in self.serial_depths):
             raise ValueError(f"serial_depths must be >= 0, got {self.serial_depths!r}")
         for s, (dim, ratio) in enumerate(zip(self.embed_dims, self.mlp_ratios)):
-            checks.hidden_width(dim, ratio, f"mlp_ratios[{s}]")  # positive, >= 1 hidden unit
-        checks.check_int(self.parallel_depth, "parallel_depth", minimum=0)
+            validation.hidden_width(dim, ratio, f"mlp_ratios[{s}]")  # positive, >= 1 hidden unit
+        validation.check_int(self.parallel_depth, "parallel_depth", minimum=0)
         if self.parallel_depth and not (self.embed_dims[1] == self.embed_dims[2] == self.embed_dims[3]):
             raise ValueError(
                 f"parallel_depth={self.parallel_depth} needs equal embed_dims at scales 2-4 (the "
@@ -106,11 +106,11 @@ class CoaTConfig(ConfigMixin):
             raise ValueError(
                 f"parallel_depth={self.parallel_depth} needs equal mlp_ratios at scales 2-4 (one MLP "
                 f"is shared by the three scales), got mlp_ratios={self.mlp_ratios!r}")
-        checks.check_choice(self.parallel_mode, "parallel_mode", PARALLEL_MODES)
-        set_("crpe_window", checks.check_window_heads(self.crpe_window, self.num_heads))
+        validation.check_choice(self.parallel_mode, "parallel_mode", PARALLEL_MODES)
+        set_("crpe_window", validation.check_window_heads(self.crpe_window, self.num_heads))
         for name in ("drop_rate", "proj_drop_rate", "drop_path_rate"):
-            checks.check_probability(getattr(self, name), name)
-        set_("img_size", checks.check_divisible(self.img_size, self.total_stride, "img_size",
+            validation.check_probability(getattr(self, name), name)
+        set_("img_size", validation.check_divisible(self.img_size, self.total_stride, "img_size",
                                                 self.stride_detail))
 
     def __hash__(self):  # crpe_window is a dict; hash its items in order
@@ -142,7 +142,7 @@ class CoaTConfig(ConfigMixin):
 
     def grid_sizes(self, img_size=None) -> list[tuple[int, int]]:
         """The (rows, cols) of tokens at each scale for ``img_size`` (default: the config's)."""
-        h, w = checks.check_divisible(self.img_size if img_size is None else img_size,
+        h, w = validation.check_divisible(self.img_size if img_size is None else img_size,
                                       self.total_stride, "image size", self.stride_detail)
         return [(h // s, w // s) for s in self.strides]
 
@@ -281,7 +281,7 @@ class CoaTImageSizeMixin:
     def check_image_size(self, shape) -> None:
         """(B, in_chans, H, W) with H and W any multiple of the total stride: CoaT has no
         position embedding tied to one size (``prepare_images`` calls this)."""
-        checks.check_images(shape, self.cfg.in_chans)
+        validation.check_images(shape, self.cfg.in_chans)
         self.cfg.grid_sizes(tuple(shape[-2:]))
 
     def grid_sizes(self, images) -> list[tuple[int, int]]:

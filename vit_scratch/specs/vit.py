@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import checks
+from .. import validation
 from ..registry import register_model
 from .base import (
     IMAGENET_DEFAULT_MEAN,
@@ -44,15 +44,15 @@ class ViTConfig(PatchGridMixin, ConfigMixin):
     drop_path_rate: float = 0.0  # stochastic depth, linearly increasing over blocks
 
     def validate(self):
-        checks.check_positive(self.patch_size, "patch_size")
-        checks.grid_size(self.img_size, self.patch_size)  # the error shows img_size as given
-        object.__setattr__(self, "img_size", checks.to_2tuple(self.img_size, "img_size"))
+        validation.check_positive(self.patch_size, "patch_size")
+        validation.grid_size(self.img_size, self.patch_size)  # the error shows img_size as given
+        object.__setattr__(self, "img_size", validation.to_2tuple(self.img_size, "img_size"))
         super().validate()  # in_chans, num_classes
-        checks.check_positive(self.depth, "depth")
-        checks.head_dim(self.embed_dim, self.num_heads)
-        checks.hidden_width(self.embed_dim, self.mlp_ratio, "mlp_ratio")  # >= 1 hidden unit
+        validation.check_positive(self.depth, "depth")
+        validation.head_dim(self.embed_dim, self.num_heads)
+        validation.hidden_width(self.embed_dim, self.mlp_ratio, "mlp_ratio")  # >= 1 hidden unit
         for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
-            checks.check_probability(getattr(self, name), name)
+            validation.check_probability(getattr(self, name), name)
 
 
 def vit_param_shapes(cfg: ViTConfig) -> dict[str, tuple[int, ...]]:

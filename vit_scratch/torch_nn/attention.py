@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import checks
+from .. import validation
 
 
 def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None,
@@ -22,13 +22,13 @@ def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | Non
     the convention of ``F.scaled_dot_product_attention``.  A query that may attend to nothing
     gets all-zero weights, as in the fused kernel (and its gradient stays finite).
     """
-    checks.check_qkv(q.shape, k.shape)
+    validation.check_qkv(q.shape, k.shape)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     scores = (q * scale) @ k.transpose(-2, -1)
     if mask is None:
         return scores.softmax(dim=-1)
-    checks.check_mask_dtype(mask.dtype)
-    checks.check_mask(mask.shape, scores.shape)
+    validation.check_mask_dtype(mask.dtype)
+    validation.check_mask(mask.shape, scores.shape)
     if mask.dtype == torch.bool:
         scores = scores.masked_fill(~mask, float("-inf"))  # returns a new tensor
     else:
@@ -40,11 +40,11 @@ def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | Non
 def scaled_dot_product_attention(q, k, v, mask=None, scale=None, dropout_p: float = 0.0,
                                  return_attention: bool = False):
     """softmax(q kᵀ / √d) v for (..., N, d) tensors; fused unless the weights are requested."""
-    checks.check_qkv(q.shape, k.shape, v.shape)
+    validation.check_qkv(q.shape, k.shape, v.shape)
     if not return_attention:
         if mask is not None:
-            checks.check_mask_dtype(mask.dtype)
-            checks.check_mask(mask.shape, q.shape[:-1] + k.shape[-2:-1])
+            validation.check_mask_dtype(mask.dtype)
+            validation.check_mask(mask.shape, q.shape[:-1] + k.shape[-2:-1])
             if mask.ndim < 2:  # (N_k,) broadcasts, but the fused kernel wants 2 dims at least
                 mask = mask.reshape((1,) * (2 - mask.ndim) + tuple(mask.shape))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
@@ -77,10 +77,10 @@ class Attention(RecordsAttention, nn.Module):
                  attn_drop: float = 0.0, proj_drop: float = 0.0):
         super().__init__()
         self.num_heads = num_heads
-        self.head_dim = checks.head_dim(dim, num_heads)
-        checks.check_bool(qkv_bias, "qkv_bias")  # 'False' is a truthy string
-        checks.check_probability(attn_drop, "attn_drop")
-        checks.check_probability(proj_drop, "proj_drop")
+        self.head_dim = validation.head_dim(dim, num_heads)
+        validation.check_bool(qkv_bias, "qkv_bias")  # 'False' is a truthy string
+        validation.check_probability(attn_drop, "attn_drop")
+        validation.check_probability(proj_drop, "proj_drop")
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj = nn.Linear(dim, dim)
@@ -91,7 +91,7 @@ class Attention(RecordsAttention, nn.Module):
         if x.ndim != 3:
             raise ValueError(f"x must have shape (B, N, C), got shape {tuple(x.shape)}")
         B, N, C = x.shape
-        checks.check_last_dim(x.shape, self.qkv.in_features, "x")
+        validation.check_last_dim(x.shape, self.qkv.in_features, "x")
         # (B, N, 3C) -> 3 × (B, h, N, d); rows of qkv are [q; k; v], each head-major
         q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         dropout_p = self.attn_drop.p if self.training else 0.0
@@ -148,11 +148,11 @@ class TalkingHeadAttention(RecordsAttention, nn.Module):
                  attn_drop: float = 0.0, proj_drop: float = 0.0):
         super().__init__()
         self.num_heads = num_heads
-        self.head_dim = checks.head_dim(dim, num_heads)
+        self.head_dim = validation.head_dim(dim, num_heads)
         self.scale = self.head_dim ** -0.5
-        checks.check_bool(qkv_bias, "qkv_bias")  # 'False' is a truthy string
-        checks.check_probability(attn_drop, "attn_drop")
-        checks.check_probability(proj_drop, "proj_drop")
+        validation.check_bool(qkv_bias, "qkv_bias")  # 'False' is a truthy string
+        validation.check_probability(attn_drop, "attn_drop")
+        validation.check_probability(proj_drop, "proj_drop")
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj = nn.Linear(dim, dim)
@@ -164,7 +164,7 @@ class TalkingHeadAttention(RecordsAttention, nn.Module):
         if x.ndim != 3:
             raise ValueError(f"x must have shape (B, N, C), got shape {tuple(x.shape)}")
         B, N, C = x.shape
-        checks.check_last_dim(x.shape, self.qkv.in_features, "x")
+        validation.check_last_dim(x.shape, self.qkv.in_features, "x")
         # (B, N, 3C) -> 3 × (B, h, N, d); rows of qkv are [q; k; v], each head-major
         q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         scores = (q * self.scale) @ k.transpose(-2, -1)  # (B, h, N, N)

@@ -2,7 +2,7 @@
 
 A family's model subclasses :class:`ModelBase` and provides ``forward_features`` and
 ``forward_intermediates``, each starting with ``images = self.prepare_images(images)`` (the
-input checks and the dtype policy of ``vit_scratch.checks``, the same as the NumPy room's); it
+input checks and the dtype policy of ``vit_scratch.validation``, the same as the NumPy room's); it
 inherits the rest (see ``vit_scratch.interface``):
 
     get_classifier(), reset_classifier(n), forward_head(x, pre_logits=False), forward(x),
@@ -22,8 +22,8 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from .. import checks, interface
-from ..weights import CheckpointError
+from .. import interface, validation
+from ..validation import CheckpointError
 from .attention import RecordsAttention
 from .layers import trunc_normal_
 from .patch_embed import resize_pos_embed
@@ -62,15 +62,15 @@ class ModelBase(nn.Module):
         """(B, C, H, W) with C = ``in_chans`` and (H, W) = ``img_size``: a position embedding
         fixes the size.  A family that takes other sizes (CoaT: any multiple of its stride)
         overrides this, in both rooms."""
-        checks.check_images(shape, self.cfg.in_chans, self.cfg.img_size)
+        validation.check_images(shape, self.cfg.in_chans, self.cfg.img_size)
 
     def prepare_images(self, images: torch.Tensor) -> torch.Tensor:
         """Check a batch (B, C, H, W) before it enters the model and cast it to the model's dtype.
 
-        The policy is ``vit_scratch.checks``' (the NumPy room applies the same): floating-point
+        The policy is ``vit_scratch.validation``' (the NumPy room applies the same): floating-point
         images (float16, bfloat16, float32, float64) are cast to the dtype of the parameters;
         integer (uint8 included), bool and complex images are refused, and so are NaN, infinite
-        and huge (> ``checks.MAX_ABS_IMAGE``) values.  The value check runs on CPU tensors
+        and huge (> ``validation.MAX_ABS_IMAGE``) values.  The value check runs on CPU tensors
         only: on a GPU it would read a number back and make the host wait for the device on
         every forward, so there only the dtype and shape are checked.  It is also skipped while
         ``torch.compile`` traces the model.
@@ -79,7 +79,7 @@ class ModelBase(nn.Module):
             hint = "; use torch.from_numpy(images)" if type(images).__module__ == "numpy" else ""
             raise ValueError(f"images must be a torch.Tensor of shape (B, C, H, W), got "
                              f"{type(images).__name__}{hint}")
-        checks.check_image_dtype(images.dtype)
+        validation.check_image_dtype(images.dtype)
         self.check_image_size(images.shape)
         like = next(self.parameters())
         if images.device != like.device:
@@ -87,7 +87,7 @@ class ModelBase(nn.Module):
                              f"move them with images.to({str(like.device)!r})")
         if images.numel() and images.device.type == "cpu" and not torch.compiler.is_compiling():
             with torch.no_grad():
-                checks.check_image_values(float(images.abs().amax()))
+                validation.check_image_values(float(images.abs().amax()))
         return images.to(like.dtype)
 
     # --- the classifier ------------------------------------------------------------------------
@@ -99,7 +99,7 @@ class ModelBase(nn.Module):
         ``global_pool`` is accepted for timm compatibility; only token pooling is supported."""
         if global_pool not in (None, "token"):
             raise ValueError(f"global_pool must be None or 'token', got {global_pool!r}")
-        num_classes = checks.check_int(num_classes, "num_classes", minimum=0)
+        num_classes = validation.check_int(num_classes, "num_classes", minimum=0)
         self.cfg = self.cfg.replace(num_classes=num_classes)  # validates num_classes
         self.num_classes = num_classes
         like = next(self.parameters())
@@ -119,7 +119,7 @@ class ModelBase(nn.Module):
 
     def forward_head(self, features: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         x = self.pool(features)
-        checks.check_last_dim(x.shape, self.num_features, "pooled features")
+        validation.check_last_dim(x.shape, self.num_features, "pooled features")
         return x if pre_logits else self.head(x)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -199,7 +199,7 @@ class ModelBase(nn.Module):
                     f"grid; pass pos_embed_grid=(rows, cols) to vit_scratch.load_checkpoint: the "
                     f"img_size / patch_size it was trained at, one of {pairs}")
             pos_embed_grid = (side, side)
-        pos_embed_grid = checks.to_2tuple(pos_embed_grid, "pos_embed_grid")
+        pos_embed_grid = validation.to_2tuple(pos_embed_grid, "pos_embed_grid")
         if pos_embed_grid[0] * pos_embed_grid[1] != n:
             raise CheckpointError(
                 f"pos_embed_grid={pos_embed_grid} holds {pos_embed_grid[0] * pos_embed_grid[1]} "

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import checks
+from .. import validation
 from .attention import RecordsAttention, attention_weights
 from .layers import LAYER_NORM_EPS, DropPath, Mlp
 
@@ -31,11 +31,11 @@ class ClassAttention(RecordsAttention, nn.Module):
                  class_token_in_keys: bool = True):
         super().__init__()
         self.num_heads = num_heads
-        self.head_dim = checks.head_dim(dim, num_heads)
-        self.class_token_in_keys = checks.check_bool(class_token_in_keys, "class_token_in_keys")
-        checks.check_bool(qkv_bias, "qkv_bias")  # 'False' is a truthy string
-        checks.check_probability(attn_drop, "attn_drop")
-        checks.check_probability(proj_drop, "proj_drop")
+        self.head_dim = validation.head_dim(dim, num_heads)
+        self.class_token_in_keys = validation.check_bool(class_token_in_keys, "class_token_in_keys")
+        validation.check_bool(qkv_bias, "qkv_bias")  # 'False' is a truthy string
+        validation.check_probability(attn_drop, "attn_drop")
+        validation.check_probability(proj_drop, "proj_drop")
         self.q = nn.Linear(dim, dim, bias=qkv_bias)
         self.k = nn.Linear(dim, dim, bias=qkv_bias)
         self.v = nn.Linear(dim, dim, bias=qkv_bias)
@@ -48,7 +48,7 @@ class ClassAttention(RecordsAttention, nn.Module):
             raise ValueError(f"u must have shape (B, 1 + N, C) with the class token first and "
                              f"N >= 1 patch tokens, got shape {tuple(u.shape)}")
         B, _, C = u.shape
-        checks.check_last_dim(u.shape, self.q.in_features, "u")
+        validation.check_last_dim(u.shape, self.q.in_features, "u")
         h, d = self.num_heads, self.head_dim
         z = u if self.class_token_in_keys else u[:, 1:]  # what the class token may look at
         q = self.q(u[:, :1]).view(B, 1, h, d).transpose(1, 2)  # (B, h, 1, d)
@@ -82,18 +82,18 @@ class LayerScaleBlockClassAttn(nn.Module):
                  init_values: float = 1e-5, class_token_in_keys: bool = True, drop: float = 0.0,
                  attn_drop: float = 0.0, drop_path: float = 0.0):
         super().__init__()
-        checks.check_init_values(init_values)
+        validation.check_init_values(init_values)
         self.norm1 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
         self.attn = ClassAttention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
                                    proj_drop=drop, class_token_in_keys=class_token_in_keys)
         self.drop_path = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
-        self.mlp = Mlp(dim, checks.hidden_width(dim, mlp_ratio), drop=drop)
+        self.mlp = Mlp(dim, validation.hidden_width(dim, mlp_ratio), drop=drop)
         self.gamma_1 = nn.Parameter(torch.full((dim,), float(init_values)))
         self.gamma_2 = nn.Parameter(torch.full((dim,), float(init_values)))
 
     def forward(self, x: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
-        checks.check_class_token(cls.shape, x.shape)
+        validation.check_class_token(cls.shape, x.shape)
         u = torch.cat([cls, x], dim=1)  # (B, 1 + N, C)
         cls = cls + self.drop_path(self.gamma_1 * self.attn(self.norm1(u)))
         cls = cls + self.drop_path(self.gamma_2 * self.mlp(self.norm2(cls)))

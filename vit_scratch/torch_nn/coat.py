@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import checks, interface
+from .. import interface, validation
 from ..specs.base import check_fields
 from ..specs.coat import (CPE_WINDOW, NUM_SCALES, CoaTConfig, CoaTImageSizeMixin,
                           coat_feature_info)
@@ -69,7 +69,7 @@ class SerialBlock(nn.Module):
                                                       proj_drop=proj_drop, shared_crpe=shared_crpe)
         self.drop_path = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
-        self.mlp = Mlp(dim, checks.hidden_width(dim, mlp_ratio), drop=proj_drop)
+        self.mlp = Mlp(dim, validation.hidden_width(dim, mlp_ratio), drop=proj_drop)
 
     def forward(self, x: torch.Tensor, size) -> torch.Tensor:
         x = self.cpe(x, size)
@@ -148,7 +148,7 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
     def _scales(self, images: torch.Tensor, last: int = 3):
         """Scales 1..last+1 through their serial blocks (then the parallel blocks, when all four
         ran): -> ([x1, x2, x3, x4] tokens before the final norms, their grid sizes)."""
-        images = self.prepare_images(images)  # the checks and dtype policy of vit_scratch.checks
+        images = self.prepare_images(images)  # the checks and dtype policy of vit_scratch.validation
         sizes = self.grid_sizes(images)
         B, x, xs = images.shape[0], images, []
         for s in range(last + 1):

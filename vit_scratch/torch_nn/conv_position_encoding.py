@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import checks
+from .. import validation
 
 
 def depthwise_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
@@ -59,7 +59,7 @@ class ConvRelPosEnc(nn.Module):
 
     def __init__(self, head_chs: int, num_heads: int, window=None):
         super().__init__()
-        window = checks.check_window_heads({3: 2, 5: 3, 7: 3} if window is None else window,
+        window = validation.check_window_heads({3: 2, 5: 3, 7: 3} if window is None else window,
                                            num_heads, "window")
         self.head_chs, self.num_heads, self.window = head_chs, num_heads, window
         self.head_splits = list(window.values())

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import checks
+from .. import validation
 from .factorized_attention import FactorAttnConvRelPosEnc
 from .layers import LAYER_NORM_EPS, DropPath, Mlp
 
@@ -41,7 +41,7 @@ def interpolate_tokens(x: torch.Tensor, size, scale_factor: float) -> torch.Tens
     """Feature interpolation on tokens: (B, 1 + H·W, C), grid (H, W) -> (B, 1 + H'·W', C), the
     image tokens resized bilinearly by ``scale_factor``, the class token carried as it is."""
     B, N, C = x.shape
-    H, W = checks.to_2tuple(size, "size")
+    H, W = validation.to_2tuple(size, "size")
     if N != 1 + H * W:
         raise ValueError(f"tokens of shape {tuple(x.shape)} do not fit the grid size {(H, W)}")
     img = x[:, 1:].transpose(1, 2).reshape(B, C, H, W)
@@ -86,7 +86,7 @@ class ParallelBlock(nn.Module):
         self.drop_path = DropPath(drop_path)
         for s in (2, 3, 4):
             setattr(self, f"norm2{s}", nn.LayerNorm(dims[s - 1], eps=LAYER_NORM_EPS))
-        self.mlp2 = self.mlp3 = self.mlp4 = Mlp(dims[1], checks.hidden_width(dims[1], mlp_ratios[1]),
+        self.mlp2 = self.mlp3 = self.mlp4 = Mlp(dims[1], validation.hidden_width(dims[1], mlp_ratios[1]),
                                                   drop=proj_drop)
 
     def scale_modules(self, s: int):

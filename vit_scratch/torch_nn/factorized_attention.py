@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .. import checks
+from .. import validation
 from .attention import RecordsAttention
 from .conv_position_encoding import ConvRelPosEnc
 
@@ -63,10 +63,10 @@ class FactorAttnConvRelPosEnc(RecordsAttention, nn.Module):
                  crpe_window=None):
         super().__init__()
         self.num_heads = num_heads
-        self.head_dim = checks.head_dim(dim, num_heads)
+        self.head_dim = validation.head_dim(dim, num_heads)
         self.scale = self.head_dim ** -0.5
-        checks.check_bool(qkv_bias, "qkv_bias")  # 'False' is a truthy string
-        checks.check_probability(proj_drop, "proj_drop")
+        validation.check_bool(qkv_bias, "qkv_bias")  # 'False' is a truthy string
+        validation.check_probability(proj_drop, "proj_drop")
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
@@ -78,7 +78,7 @@ class FactorAttnConvRelPosEnc(RecordsAttention, nn.Module):
         if x.ndim != 3:
             raise ValueError(f"x must have shape (B, N, C), got shape {tuple(x.shape)}")
         B, N, C = x.shape
-        checks.check_last_dim(x.shape, self.qkv.in_features, "x")
+        validation.check_last_dim(x.shape, self.qkv.in_features, "x")
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         return qkv.unbind(0)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import checks
+from .. import validation
 
 LAYER_NORM_EPS = 1e-6
 
@@ -20,9 +20,9 @@ class Mlp(nn.Module):
     def __init__(self, in_features: int, hidden_features: int, out_features: int | None = None,
                  drop: float = 0.0):
         super().__init__()
-        checks.check_positive(in_features, "in_features")
-        checks.check_positive(hidden_features, "hidden_features")
-        checks.check_probability(drop, "drop")
+        validation.check_positive(in_features, "in_features")
+        validation.check_positive(hidden_features, "hidden_features")
+        validation.check_probability(drop, "drop")
         self.fc1 = nn.Linear(in_features, hidden_features)
         self.act = nn.GELU()
         self.drop1 = nn.Dropout(drop)
@@ -39,7 +39,7 @@ class DropPath(nn.Module):
 
     def __init__(self, p: float = 0.0):
         super().__init__()
-        self.p = checks.check_probability(p, "drop_path")
+        self.p = validation.check_probability(p, "drop_path")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.p == 0.0 or not self.training:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import checks
+from .. import validation
 # the residual forms and the depth rule live in the (torch-free) spec; re-exported here
 from ..specs.cait import RESIDUAL_FORMS, check_residual, layerscale_init_value  # noqa: F401
 from .attention import Attention, TalkingHeadAttention
@@ -37,8 +37,8 @@ class LayerScale(nn.Module):
 
     def __init__(self, dim: int, init_values: float = 1e-5):
         super().__init__()
-        checks.check_positive(dim, "dim")
-        checks.check_init_values(init_values)
+        validation.check_positive(dim, "dim")
+        validation.check_init_values(init_values)
         self.gamma = nn.Parameter(torch.full((dim,), float(init_values)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -87,7 +87,7 @@ class ResidualBlock(nn.Module):
         self.ls1 = _scale(kind, dim, init_values)
         self.drop_path1 = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS) if norm else nn.Identity()
-        self.mlp = Mlp(dim, checks.hidden_width(dim, mlp_ratio), drop=drop)
+        self.mlp = Mlp(dim, validation.hidden_width(dim, mlp_ratio), drop=drop)
         self.ls2 = _scale(kind, dim, init_values)
         self.drop_path2 = DropPath(drop_path)
 
@@ -115,14 +115,14 @@ class LayerScaleBlock(nn.Module):
                  init_values: float = 1e-5, talking_heads: bool = True, drop: float = 0.0,
                  attn_drop: float = 0.0, drop_path: float = 0.0):
         super().__init__()
-        checks.check_init_values(init_values)
+        validation.check_init_values(init_values)
         attn_layer = TalkingHeadAttention if talking_heads else Attention
         self.norm1 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
         self.attn = attn_layer(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
                                proj_drop=drop)
         self.drop_path = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
-        self.mlp = Mlp(dim, checks.hidden_width(dim, mlp_ratio), drop=drop)
+        self.mlp = Mlp(dim, validation.hidden_width(dim, mlp_ratio), drop=drop)
         self.gamma_1 = nn.Parameter(torch.full((dim,), float(init_values)))
         self.gamma_2 = nn.Parameter(torch.full((dim,), float(init_values)))
 

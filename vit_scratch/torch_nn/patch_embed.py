@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
-from .. import checks
+from .. import validation
 
 
 class PatchEmbed(nn.Module):
@@ -22,17 +22,17 @@ class PatchEmbed(nn.Module):
     def __init__(self, img_size=224, patch_size: int = 16, in_chans: int = 3,
                  embed_dim: int = 768):
         super().__init__()
-        self.img_size = checks.to_2tuple(img_size, "img_size")
-        self.patch_size = checks.check_positive(patch_size, "patch_size")
-        self.in_chans = checks.check_positive(in_chans, "in_chans")
-        checks.check_positive(embed_dim, "embed_dim")
-        self.grid_size = checks.grid_size(self.img_size, patch_size)
+        self.img_size = validation.to_2tuple(img_size, "img_size")
+        self.patch_size = validation.check_positive(patch_size, "patch_size")
+        self.in_chans = validation.check_positive(in_chans, "in_chans")
+        validation.check_positive(embed_dim, "embed_dim")
+        self.grid_size = validation.grid_size(self.img_size, patch_size)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size, stride=patch_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        checks.check_image_dtype(x.dtype)  # floats only (vit_scratch.checks' policy) ...
-        checks.check_images(x.shape, self.in_chans, self.img_size, self.patch_size)
+        validation.check_image_dtype(x.dtype)  # floats only (vit_scratch.validation' policy) ...
+        validation.check_images(x.shape, self.in_chans, self.img_size, self.patch_size)
         x = x.to(self.proj.weight.dtype)  # ... cast to the layer's dtype
         return self.proj(x).flatten(2).transpose(1, 2)  # (B, E, gh, gw) -> (B, N, E)
 
@@ -49,9 +49,9 @@ def resize_pos_embed(pos_embed, new_grid, old_grid=None, num_prefix_tokens: int 
     float32).  Use the same function for a model's ``img_size`` change and in
     ``vit_scratch.load_checkpoint``.
     """
-    checks.check_choice(mode, "mode", ("bicubic", "bilinear", "nearest", "area"))
-    antialias = checks.check_bool(antialias, "antialias") and mode in ("bicubic", "bilinear")
-    num_prefix_tokens = checks.check_int(num_prefix_tokens, "num_prefix_tokens", minimum=0)
+    validation.check_choice(mode, "mode", ("bicubic", "bilinear", "nearest", "area"))
+    antialias = validation.check_bool(antialias, "antialias") and mode in ("bicubic", "bilinear")
+    num_prefix_tokens = validation.check_int(num_prefix_tokens, "num_prefix_tokens", minimum=0)
     as_numpy = isinstance(pos_embed, np.ndarray)
     pe = torch.from_numpy(pos_embed) if as_numpy else pos_embed
     if pe.ndim != 3 or pe.shape[0] != 1:
@@ -65,8 +65,8 @@ def resize_pos_embed(pos_embed, new_grid, old_grid=None, num_prefix_tokens: int 
                 f"which is not a square grid; pass old_grid=(rows, cols)"
             )
         old_grid = (side, side)
-    old_grid = checks.to_2tuple(old_grid, "old_grid")
-    new_grid = checks.to_2tuple(new_grid, "new_grid")
+    old_grid = validation.to_2tuple(old_grid, "old_grid")
+    new_grid = validation.to_2tuple(new_grid, "new_grid")
     if old_grid[0] * old_grid[1] != n:
         raise ValueError(f"old_grid {old_grid} does not hold the {n} grid entries of pos_embed")
     if old_grid != new_grid:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import checks, interface
+from .. import interface, validation
 from ..specs.base import check_fields
 from ..specs.vit import ViTConfig
 from .attention import Attention
@@ -31,7 +31,7 @@ class Block(nn.Module):
                               proj_drop=drop)
         self.drop_path1 = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
-        self.mlp = Mlp(dim, checks.hidden_width(dim, mlp_ratio), drop=drop)
+        self.mlp = Mlp(dim, validation.hidden_width(dim, mlp_ratio), drop=drop)
         self.drop_path2 = DropPath(drop_path)
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):

@@ -1,43 +1,47 @@
-"""Input checks shared by the NumPy room and the PyTorch room.
+"""Validation at the library's edges: the checks, and the messages a learner reads.
 
-Both rooms call the same functions, so a learner gets the same message from either:
-a ``ValueError`` that names the parameter, the value and what was expected, raised before any
-einsum sees a wrong shape.  Every function here takes plain Python values (ints, tuples of ints,
-dtype *names*), never arrays, so it imports neither NumPy nor PyTorch.
+Both rooms call the same functions, so a learner gets the same message from either: a
+``ValueError`` that names the parameter, the value and what was expected, raised before any
+einsum sees a wrong shape.  The functions take plain Python values (ints, tuples of ints, dtype
+*names*), never arrays, so this module imports neither NumPy nor PyTorch.
 
-The layer has four parts, used by every model family:
+Where the checks run (the rule): a config validates itself on construction
+(``specs/base.py``: every field against its annotation, then the family's ranges);
+``create_model``, the public functional entry points, a model's images and checkpoint files are
+validated when they come in; inner layers trust their arguments, and a public layer that a
+learner may build on its own checks its arguments in one call (:func:`check_layer_args`).
 
-* **Configs**: :func:`check_config_fields` checks every field of a config dataclass against its
-  annotation (``int``, ``bool``, ``float``, ``int | tuple[int, int]``, ``tuple[int, ...]``,
-  ``Literal[...]``, ``X | None``); ``ConfigMixin.__post_init__`` (``specs/base.py``) calls it
-  before the family's own ``validate()``, which uses :func:`check_int`, :func:`check_float`,
-  :func:`check_probability`, :func:`hidden_width`, :func:`head_dim` and :func:`grid_size`.
-* **Images** (the dtype policy, the same in both rooms; see :func:`check_image_dtype`):
-  a model takes *floating-point* images, normalised with its mean and std.  float16, bfloat16,
-  float32 and float64 images are cast to the model's dtype (the dtype of its parameters);
-  integer (uint8 0-255 included), bool and complex images are refused.  Non-finite values, and
-  values beyond ``MAX_ABS_IMAGE`` (far outside any normalised image, and where float32 LayerNorm
-  starts to overflow), are refused too: see :func:`check_image_values`.
-* **Arrays and tensors given to single functions**: :func:`check_mask`, :func:`check_mask_dtype`,
-  :func:`check_last_dim`, :func:`check_ndim`, :func:`check_qkv`.
-* **Parameters and checkpoints**: :func:`param_mismatch`, :func:`check_params`,
-  :func:`check_param_dtypes` and :func:`mismatch_message` list every missing, unexpected,
-  mis-shaped and mis-typed key at once.
+Grouped by what they check:
+
+* **values**: :func:`to_2tuple`, :func:`check_int`, :func:`check_positive`, :func:`check_bool`,
+  :func:`check_float`, :func:`check_probability`, :func:`check_choice` -- the building blocks;
+* **configs and layer arguments**: :func:`grid_size`, :func:`head_dim`, :func:`hidden_width`,
+  :func:`check_init_values`, :func:`check_divisible`, :func:`check_window_heads`,
+  :func:`check_layer_args`;
+* **images** (one dtype policy for both rooms; see :func:`check_image_dtype`): a model takes
+  *floating-point* images, normalised with its mean and std.  float16, bfloat16, float32 and
+  float64 images are cast to the model's dtype (the dtype of its parameters); integer (uint8
+  0-255 included), bool and complex images are refused.  Non-finite values, and values beyond
+  ``MAX_ABS_IMAGE`` (far outside any normalised image, and where float32 LayerNorm starts to
+  overflow), are refused too: see :func:`check_image_values`;
+* **arrays given to functional entry points**: :func:`check_ndim`, :func:`check_last_dim`,
+  :func:`check_qkv`, :func:`check_mask_dtype`, :func:`check_mask`, :func:`check_class_token`;
+* **parameters** (a NumPy model's params, a checkpoint's tensors): :func:`param_mismatch`,
+  :func:`check_params`, :func:`check_param_dtypes` and :func:`mismatch_message` list every
+  missing, unexpected, mis-shaped and mis-typed key at once;
+* **checkpoints**: :class:`CheckpointError`, :class:`UnsafeCheckpointError`.
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
 import math
 import numbers
-import types
-import typing
+import pickle
 from typing import Sequence
 
-# --- sizes and config values -----------------------------------------------------------------
+# --- values ------------------------------------------------------------------------------------
 
 
-def _got(value, show_type: bool = False) -> str:
+def describe_value(value, show_type: bool = False) -> str:
     """``'False' (str)``: the value and, where its type is the surprise, the type."""
     if (show_type or isinstance(value, (bool, str)) or value is None
             or not isinstance(value, numbers.Number)):
@@ -63,7 +67,7 @@ def to_2tuple(value, name: str) -> tuple[int, int]:
           and all(_is_int(v) for v in value)):
         pair = (int(value[0]), int(value[1]))
     else:
-        raise ValueError(f"{name} must be an int or a pair (H, W) of ints, got {_got(value)}")
+        raise ValueError(f"{name} must be an int or a pair (H, W) of ints, got {describe_value(value)}")
     if min(pair) <= 0:
         raise ValueError(f"{name} must be positive, got {value!r}")
     return pair
@@ -84,7 +88,7 @@ def check_int(value, name: str, minimum: int | None = 1, maximum: int | None = N
     else:
         expected = f"an int in [{minimum}, {maximum}]"
     if not _is_int(value):
-        raise ValueError(f"{name} must be {expected}, got {_got(value, show_type=True)}")
+        raise ValueError(f"{name} must be {expected}, got {describe_value(value, show_type=True)}")
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise ValueError(f"{name} must be {expected}, got {value!r}")
     return int(value)
@@ -98,7 +102,7 @@ def check_positive(value, name: str) -> int:
 def check_bool(value, name: str) -> bool:
     """``True`` or ``False`` (or a NumPy bool).  ``'False'`` is refused: it is a truthy string."""
     if not _is_bool(value):
-        raise ValueError(f"{name} must be True or False, got {_got(value, show_type=True)}")
+        raise ValueError(f"{name} must be True or False, got {describe_value(value, show_type=True)}")
     return bool(value)
 
 
@@ -116,7 +120,7 @@ def check_float(value, name: str, low: float | None = None, high: float | None =
                     f"{'inf' if high is None else f'{high:g}'}{')' if high_open else ']'}")
         kind = f"a number {interval}"
     if _is_bool(value) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be {kind}, got {_got(value)}")
+        raise ValueError(f"{name} must be {kind}, got {describe_value(value)}")
     number = float(value)
     if not math.isfinite(number):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
@@ -136,116 +140,13 @@ def check_positive_float(value, name: str) -> float:
     return check_float(value, name, 0.0, None, low_open=True)
 
 
-def hidden_width(dim: int, ratio: float, name: str = "mlp_ratio") -> int:
-    """``int(dim * ratio)``: the hidden width of an MLP (timm's rounding), at least 1.
-
-    ``mlp_ratio=0.001`` with ``embed_dim=192`` would give a zero-width MLP, which PyTorch builds
-    without complaint and which silently turns every MLP into its bias."""
-    dim = check_positive(dim, "embed_dim")
-    ratio = check_positive_float(ratio, name)
-    width = int(dim * ratio)
-    if width < 1:
-        raise ValueError(
-            f"{name}={ratio!r} gives an MLP of int({dim} * {ratio!r}) = {width} hidden units; "
-            f"expected {name} >= {1 / dim:.4g} (at least one hidden unit for {dim} channels)"
-        )
-    return width
-
-
 def check_choice(value, name: str, choices: Sequence) -> object:
     if value not in tuple(choices):
-        raise ValueError(f"{name} must be one of {tuple(choices)!r}, got {_got(value)}")
+        raise ValueError(f"{name} must be one of {tuple(choices)!r}, got {describe_value(value)}")
     return value
 
 
-def _describe(tp) -> str:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is bool:
-        return "True or False"
-    if tp is int:
-        return "an int"
-    if tp is float:
-        return "a finite number"
-    if tp is str:
-        return "a str"
-    if tp is type(None):
-        return "None"
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return f"a tuple of {_describe(args[0]).removeprefix('an ').removeprefix('a ')}s"
-        if len(set(args)) == 1 and args[0] in (int, float):
-            what = _describe(args[0]).removeprefix("an ").removeprefix("a ") + "s"
-            return f"a pair of {what}" if len(args) == 2 else f"a tuple of {len(args)} {what}"
-        return f"a tuple ({', '.join(_describe(a) for a in args)})"
-    if origin is typing.Literal:
-        return f"one of {args!r}"
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(a) for a in args)
-    return getattr(tp, "__name__", str(tp))
-
-
-class _Unchecked(Exception):
-    """An annotation this layer does not know: the family's ``validate()`` checks the field."""
-
-
-def check_value(value, tp, name: str):
-    """``value`` checked against the annotation ``tp`` (and normalised: NumPy scalars become
-    Python ones, lists become tuples).  Annotations it does not know pass unchecked."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is bool:
-        return check_bool(value, name)
-    if tp is int:
-        return check_int(value, name, minimum=None)
-    if tp is float:
-        return check_float(value, name)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ValueError(f"{name} must be a str, got {_got(value)}")
-        return value
-    if tp is type(None):
-        if value is not None:
-            raise ValueError(f"{name} must be None, got {_got(value)}")
-        return None
-    if origin is typing.Literal:
-        return check_choice(value, name, args)
-    if origin is tuple:
-        if isinstance(value, str) or not isinstance(value, Sequence):
-            raise ValueError(f"{name} must be {_describe(tp)}, got {_got(value)}")
-        if len(args) == 2 and args[1] is Ellipsis:
-            items = [(v, args[0]) for v in value]
-        elif len(args) != len(value):
-            raise ValueError(f"{name} must be {_describe(tp)}, got {_got(value)}")
-        else:
-            items = list(zip(value, args))
-        return tuple(check_value(v, a, f"{name}[{i}]") for i, (v, a) in enumerate(items))
-    if origin in (typing.Union, types.UnionType):
-        for arm in args:  # the first arm that accepts the value wins
-            try:
-                return check_value(value, arm, name)
-            except ValueError:
-                continue
-        raise ValueError(f"{name} must be {_describe(tp)}, got {_got(value)}")
-    raise _Unchecked(tp)
-
-
-@functools.lru_cache(maxsize=None)
-def _type_hints(cls) -> dict:
-    return typing.get_type_hints(cls)
-
-
-def check_config_fields(cfg) -> None:
-    """Check every field of the config dataclass ``cfg`` against its type annotation, in place
-    (a frozen dataclass is updated with ``object.__setattr__``).  ``ConfigMixin.__post_init__``
-    calls this for every family, before the family's own ranges (``validate()``)."""
-    hints = _type_hints(type(cfg))
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        try:
-            checked = check_value(value, hints.get(f.name, typing.Any), f.name)
-        except _Unchecked:
-            continue
-        if checked is not value:
-            object.__setattr__(cfg, f.name, checked)
+# --- configs and layer arguments ---------------------------------------------------------------
 
 
 def grid_size(img_size, patch_size) -> tuple[int, int]:
@@ -270,6 +171,78 @@ def head_dim(embed_dim: int, num_heads: int) -> int:
             f"each head needs embed_dim / num_heads channels"
         )
     return embed_dim // num_heads
+
+
+def hidden_width(dim: int, ratio: float, name: str = "mlp_ratio") -> int:
+    """``int(dim * ratio)``: the hidden width of an MLP (timm's rounding), at least 1.
+
+    ``mlp_ratio=0.001`` with ``embed_dim=192`` would give a zero-width MLP, which PyTorch builds
+    without complaint and which silently turns every MLP into its bias."""
+    dim = check_positive(dim, "embed_dim")
+    ratio = check_positive_float(ratio, name)
+    width = int(dim * ratio)
+    if width < 1:
+        raise ValueError(
+            f"{name}={ratio!r} gives an MLP of int({dim} * {ratio!r}) = {width} hidden units; "
+            f"expected {name} >= {1 / dim:.4g} (at least one hidden unit for {dim} channels)"
+        )
+    return width
+
+
+def check_init_values(value, name: str = "init_values") -> float:
+    """LayerScale's initial value ε: a positive number (CaiT: ``layerscale_init_value(depth)``).
+
+    0 is refused on purpose: a LayerScale at 0 gives every weight of its branch a zero gradient
+    on the first step (that is ReZero's scalar, ``ScalarGate``), and in timm ``init_values=0``
+    silently means "no LayerScale at all"; a negative ε flips the sign of the branch."""
+    if _is_bool(value) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+        raise ValueError(
+            f"{name} must be a positive number (LayerScale's initial per-channel scale, e.g. "
+            f"layerscale_init_value(depth)), got {value!r}")
+    return value
+
+
+def check_divisible(size, stride: int, name: str = "img_size", detail: str = "") -> tuple[int, int]:
+    """``(H, W)`` if both are multiples of ``stride`` (a multi-scale model's total stride);
+    else a ``ValueError`` naming the size, the stride and the nearest sizes that work.
+
+    ``detail`` says where the stride comes from, e.g. ``"patch_size 4 × 2 × 2 × 2"``.
+    """
+    hw = to_2tuple(size, name)
+    check_positive(stride, "stride")
+    if hw[0] % stride or hw[1] % stride:
+        fix = tuple(max(stride, stride * round(s / stride)) for s in hw)
+        why = f" ({detail})" if detail else ""
+        raise ValueError(
+            f"{name} {_show(hw)} is not divisible by the model's total stride {stride}{why}; "
+            f"use a multiple of {stride}, e.g. {_show(fix)}"
+        )
+    return hw
+
+
+def check_window_heads(crpe_window, num_heads: int, name: str = "crpe_window") -> dict[int, int]:
+    """A ``{window: heads}`` split of the attention heads (CoaT's convolutional relative position
+    encoding): odd positive windows, positive head counts that add up to ``num_heads``.
+    An int ``w`` means one window for every head, ``{w: num_heads}``.  Returns a new dict in the
+    given order (the order decides which heads get which window)."""
+    check_positive(num_heads, "num_heads")
+    if isinstance(crpe_window, int) and not isinstance(crpe_window, bool):
+        crpe_window = {crpe_window: num_heads}
+    if not isinstance(crpe_window, dict) or not crpe_window:
+        raise ValueError(f"{name} must be a non-empty dict {{window: heads}} or an int window, "
+                         f"got {crpe_window!r}")
+    for window, heads in crpe_window.items():
+        if isinstance(window, bool) or not isinstance(window, int) or window <= 0 or window % 2 == 0:
+            raise ValueError(f"{name} has window {window!r}: windows must be odd positive ints "
+                             f"(a centred kernel needs a middle tap), got {crpe_window!r}")
+        if isinstance(heads, bool) or not isinstance(heads, int) or heads <= 0:
+            raise ValueError(f"{name} gives {heads!r} heads to window {window}: head counts must "
+                             f"be positive ints, got {crpe_window!r}")
+    total = sum(crpe_window.values())
+    if total != num_heads:
+        raise ValueError(f"{name} {crpe_window!r} splits {total} heads, but num_heads is "
+                         f"{num_heads}: the head counts must add up to num_heads")
+    return dict(crpe_window)
 
 
 # --- images: one dtype policy for both rooms -----------------------------------------------------
@@ -363,7 +336,7 @@ def check_images(shape: Sequence[int], in_chans: int | None = None, img_size=Non
         grid_size((height, width), patch_size)
 
 
-# --- arrays and tensors given to single functions ---------------------------------------------
+# --- arrays given to functional entry points -------------------------------------------------
 
 
 def check_ndim(shape: Sequence[int], ndim: int | Sequence[int], name: str, layout: str) -> None:
@@ -371,6 +344,12 @@ def check_ndim(shape: Sequence[int], ndim: int | Sequence[int], name: str, layou
     allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
     if len(shape) not in allowed:
         raise ValueError(f"{name} must have shape {layout}, got shape {tuple(shape)}")
+
+
+def check_last_dim(shape: Sequence[int], expected: int, name: str) -> None:
+    """Token tensors are (..., C); a wrong C is named before a matmul fails on it."""
+    if len(shape) == 0 or shape[-1] != expected:
+        raise ValueError(f"{name} must have last dimension {expected}, got shape {tuple(shape)}")
 
 
 def check_qkv(q_shape: Sequence[int], k_shape: Sequence[int],
@@ -411,13 +390,26 @@ def check_mask(mask_shape: Sequence[int], scores_shape: Sequence[int]) -> None:
         )
 
 
-def check_last_dim(shape: Sequence[int], expected: int, name: str) -> None:
-    """Token tensors are (..., C); a wrong C is named before a matmul fails on it."""
-    if len(shape) == 0 or shape[-1] != expected:
-        raise ValueError(f"{name} must have last dimension {expected}, got shape {tuple(shape)}")
+def check_class_token(cls_shape: Sequence[int], tokens_shape: Sequence[int]) -> None:
+    """A class token (B, 1, C) that joins patch tokens (B, N, C): one token, the same batch,
+    the same width."""
+    cls_shape, tokens_shape = tuple(cls_shape), tuple(tokens_shape)
+    if len(tokens_shape) != 3:
+        raise ValueError(f"tokens must have shape (B, N, C), got shape {tokens_shape}")
+    if len(cls_shape) != 3 or cls_shape[1] != 1:
+        raise ValueError(f"the class token must have shape (B, 1, C), got shape {cls_shape}")
+    if cls_shape[2] != tokens_shape[2]:
+        raise ValueError(
+            f"the class token has width {cls_shape[2]} but the patch tokens have "
+            f"{tokens_shape[2]} channels (class token shape {cls_shape}, tokens shape "
+            f"{tokens_shape})")
+    if cls_shape[0] != tokens_shape[0]:
+        raise ValueError(
+            f"the class token has batch size {cls_shape[0]} but the patch tokens have "
+            f"{tokens_shape[0]} (class token shape {cls_shape}, tokens shape {tokens_shape})")
 
 
-# --- parameters and checkpoints ----------------------------------------------------------------
+# --- parameters: a NumPy model's params, a checkpoint's tensors ------------------------------
 
 #: The dtypes the NumPy room computes in (float16/bfloat16 checkpoints: state_dict_to_numpy).
 PARAM_FLOAT_DTYPES = ("float32", "float64")
@@ -498,97 +490,13 @@ def mismatch_message(what: str, missing, unexpected, misshaped: dict,
     return "\n".join(lines)
 
 
-# --- shared by the model families' configs and modules (added with CaiT) -----------------------
+# --- checkpoints -----------------------------------------------------------------------------
 
 
-def check_num_classes(value) -> int:
-    """``num_classes`` is an int >= 0 (0: no head)."""
-    return check_int(value, "num_classes", minimum=0)
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be read, or whose keys, shapes or dtypes do not fit the model."""
 
 
-def check_positive_number(value, name: str) -> float:
-    """A positive, finite int or float (``mlp_ratio``); NaN is not positive."""
-    return check_positive_float(value, name)
-
-
-def check_rate(value, name: str) -> float:
-    """A dropout or drop-path probability in [0, 1)."""
-    return check_probability(value, name)
-
-
-def check_init_values(value, name: str = "init_values") -> float:
-    """LayerScale's initial value ε: a positive number (CaiT: ``layerscale_init_value(depth)``).
-
-    0 is refused on purpose: a LayerScale at 0 gives every weight of its branch a zero gradient
-    on the first step (that is ReZero's scalar, ``ScalarGate``), and in timm ``init_values=0``
-    silently means "no LayerScale at all"; a negative ε flips the sign of the branch."""
-    if _is_bool(value) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
-        raise ValueError(
-            f"{name} must be a positive number (LayerScale's initial per-channel scale, e.g. "
-            f"layerscale_init_value(depth)), got {value!r}")
-    return value
-
-
-def check_class_token(cls_shape: Sequence[int], tokens_shape: Sequence[int]) -> None:
-    """A class token (B, 1, C) that joins patch tokens (B, N, C): one token, the same batch,
-    the same width."""
-    cls_shape, tokens_shape = tuple(cls_shape), tuple(tokens_shape)
-    if len(tokens_shape) != 3:
-        raise ValueError(f"tokens must have shape (B, N, C), got shape {tokens_shape}")
-    if len(cls_shape) != 3 or cls_shape[1] != 1:
-        raise ValueError(f"the class token must have shape (B, 1, C), got shape {cls_shape}")
-    if cls_shape[2] != tokens_shape[2]:
-        raise ValueError(
-            f"the class token has width {cls_shape[2]} but the patch tokens have "
-            f"{tokens_shape[2]} channels (class token shape {cls_shape}, tokens shape "
-            f"{tokens_shape})")
-    if cls_shape[0] != tokens_shape[0]:
-        raise ValueError(
-            f"the class token has batch size {cls_shape[0]} but the patch tokens have "
-            f"{tokens_shape[0]} (class token shape {cls_shape}, tokens shape {tokens_shape})")
-
-
-# --- added with CoaT ------------------------------------------------------------------------
-
-
-def check_divisible(size, stride: int, name: str = "img_size", detail: str = "") -> tuple[int, int]:
-    """``(H, W)`` if both are multiples of ``stride`` (a multi-scale model's total stride);
-    else a ``ValueError`` naming the size, the stride and the nearest sizes that work.
-
-    ``detail`` says where the stride comes from, e.g. ``"patch_size 4 × 2 × 2 × 2"``.
-    """
-    hw = to_2tuple(size, name)
-    check_positive(stride, "stride")
-    if hw[0] % stride or hw[1] % stride:
-        fix = tuple(max(stride, stride * round(s / stride)) for s in hw)
-        why = f" ({detail})" if detail else ""
-        raise ValueError(
-            f"{name} {_show(hw)} is not divisible by the model's total stride {stride}{why}; "
-            f"use a multiple of {stride}, e.g. {_show(fix)}"
-        )
-    return hw
-
-
-def check_window_heads(crpe_window, num_heads: int, name: str = "crpe_window") -> dict[int, int]:
-    """A ``{window: heads}`` split of the attention heads (CoaT's convolutional relative position
-    encoding): odd positive windows, positive head counts that add up to ``num_heads``.
-    An int ``w`` means one window for every head, ``{w: num_heads}``.  Returns a new dict in the
-    given order (the order decides which heads get which window)."""
-    check_positive(num_heads, "num_heads")
-    if isinstance(crpe_window, int) and not isinstance(crpe_window, bool):
-        crpe_window = {crpe_window: num_heads}
-    if not isinstance(crpe_window, dict) or not crpe_window:
-        raise ValueError(f"{name} must be a non-empty dict {{window: heads}} or an int window, "
-                         f"got {crpe_window!r}")
-    for window, heads in crpe_window.items():
-        if isinstance(window, bool) or not isinstance(window, int) or window <= 0 or window % 2 == 0:
-            raise ValueError(f"{name} has window {window!r}: windows must be odd positive ints "
-                             f"(a centred kernel needs a middle tap), got {crpe_window!r}")
-        if isinstance(heads, bool) or not isinstance(heads, int) or heads <= 0:
-            raise ValueError(f"{name} gives {heads!r} heads to window {window}: head counts must "
-                             f"be positive ints, got {crpe_window!r}")
-    total = sum(crpe_window.values())
-    if total != num_heads:
-        raise ValueError(f"{name} {crpe_window!r} splits {total} heads, but num_heads is "
-                         f"{num_heads}: the head counts must add up to num_heads")
-    return dict(crpe_window)
+class UnsafeCheckpointError(CheckpointError, pickle.UnpicklingError):
+    """A PyTorch file that holds Python objects beyond tensors and plain containers.  vit_scratch
+    never unpickles those (that would run code chosen by whoever made the file)."""
