@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 import vit_scratch
-from vit_scratch.registry import get_spec
+from vit_scratch.models import lookup
 
 
 def timm_names() -> list[str]:
@@ -78,12 +78,16 @@ SMALL_OVERRIDES = {
 }
 
 
+def family_of(name: str) -> str:
+    """The short name of ``name``'s spec module: ``"vit"``, ``"cait"``, ``"coat"``."""
+    return lookup(name)[0].spec.__name__.rsplit(".", 1)[-1]
+
+
 def small_kwargs(name: str) -> dict:
     """Overrides that build a small, fast model of ``name`` (a smaller image and fewer blocks);
     the digits configs (8×8, 24×24) keep their size, which their patch size divides."""
-    spec = get_spec(name)
-    cfg = spec.config()
-    small = SMALL_OVERRIDES.get(spec.family.module, {})
+    cfg = vit_scratch.get_config(name)
+    small = SMALL_OVERRIDES.get(family_of(name), {})
     kwargs = dict(small(cfg) if callable(small) else small)
     if max(cfg.img_size) <= 32:        # the *_digits configs are small already: their own size
         kwargs.pop("img_size", None)
@@ -96,7 +100,7 @@ def one_name_per_family() -> list[str]:
     """The first registered name of every family (for tests too slow to run on every name)."""
     seen = {}
     for name in vit_scratch.list_models():
-        seen.setdefault(get_spec(name).family.module, name)
+        seen.setdefault(family_of(name), name)
     return sorted(seen.values())
 
 

@@ -17,7 +17,7 @@ import vit_scratch
 from helpers import max_abs_diff, one_name_per_family, small_pair
 from vit_scratch import CheckpointError, load_checkpoint, save_checkpoint, validation
 from vit_scratch.data import normalize
-from vit_scratch.registry import get_spec
+from vit_scratch.models import lookup
 from vit_scratch.numpy_nn import attention as np_attn
 from vit_scratch.numpy_nn import layers as np_layers
 from vit_scratch.numpy_nn import patch_embed as np_pe
@@ -323,10 +323,10 @@ def _pos_embed_names() -> list[str]:
     """Per family with a learned position embedding, its first name trained at 224²."""
     chosen = {}
     for name in vit_scratch.list_models():
-        spec = get_spec(name)
+        family, spec = lookup(name)
         cfg = spec.config()
-        if cfg.img_size == (224, 224) and "pos_embed" in spec.family.param_shapes(cfg):
-            chosen.setdefault(spec.family.module, name)
+        if cfg.img_size == (224, 224) and "pos_embed" in family.spec.MODELS.param_shapes(cfg):
+            chosen.setdefault(family.spec.__name__, name)
     return sorted(chosen.values())
 
 

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers import max_abs_diff
-from vit_scratch.config import ViTConfig, vit_param_shapes
+from vit_scratch.specs.vit import ViTConfig, vit_param_shapes
 from vit_scratch.numpy_nn import attention as np_attn
 from vit_scratch.numpy_nn import layers as np_layers
 from vit_scratch.numpy_nn import patch_embed as np_pe
@@ -275,7 +275,7 @@ def test_vit_float64(rng, cfg):
     params = state_dict_to_numpy(model.state_dict())
     assert {k: v.shape for k, v in params.items()} == vit_param_shapes(cfg)
     x = rng.standard_normal((2, cfg.in_chans, *cfg.img_size))
-    np_model = np_vit.ViT(cfg, params)
+    np_model = np_vit.VisionTransformer(cfg, params)
     assert max_abs_diff(np_model(x), model(t(x))) < F64
     for a, b in zip(np_model.get_attention_maps(x), model.get_attention_maps(t(x))):
         assert max_abs_diff(a, b) < F64

@@ -32,7 +32,7 @@ import vit_scratch
 from helpers import max_abs_diff, small_kwargs, small_pair
 from vit_scratch import CheckpointError
 from vit_scratch.numpy_nn import attention as np_attn
-from vit_scratch.registry import get_spec
+from vit_scratch.models import lookup
 from vit_scratch.numpy_nn import layers as np_layers
 from vit_scratch.torch_nn import attention as t_attn
 from vit_scratch.weights import UnsafeCheckpointError
@@ -56,10 +56,11 @@ def pair(name: str):
 def aliases(name: str) -> frozenset:
     """Keys that name a tensor shared with other keys (CoaT): dropping one loses nothing, the
     model's structure fills it back in."""
-    spec = get_spec(name)
-    if spec.family.shared_keys is None:
+    family, spec = lookup(name)
+    shared_keys = family.numpy_class().shared_keys  # the spec's groups, or None
+    if shared_keys is None:
         return frozenset()
-    groups = spec.family.shared_keys(spec.config(**small_kwargs(name)))
+    groups = shared_keys(spec.config(**small_kwargs(name)))
     return frozenset(k for g in groups if len(g) > 1 for k in g)
 
 

@@ -8,7 +8,8 @@ import torch
 
 import vit_scratch
 from helpers import check_logits_match_timm, make_pair, max_abs_diff, timm_names
-from vit_scratch.config import num_params, vit_param_shapes
+from vit_scratch.specs.base import num_params
+from vit_scratch.specs.vit import vit_param_shapes
 
 TORCH_TOL = 1e-5
 NUMPY_TOL = 1e-4

@@ -10,7 +10,7 @@
 The rooms: ``vit_scratch.numpy_nn`` (functions on arrays) and ``vit_scratch.torch_nn``
 (``nn.Module``s with timm's parameter names).  timm is never imported here.
 
-``import vit_scratch`` does not import PyTorch: the NumPy room, the registry and the configs work
+``import vit_scratch`` does not import PyTorch: the NumPy room, the factory and the configs work
 without it, and the names that need it (``load_checkpoint``, ``resize_pos_embed``, ...) import it
 the first time they are used.
 """
@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import importlib
 
-from .config import ViTConfig
 from .models import create_model, create_numpy_model, get_config, get_pretrained_cfg, list_models
+from .specs.vit import ViTConfig
+from .validation import CheckpointError
 
 __version__ = "0.1.0"
 
 # name -> module that defines it; imported on first use (these need PyTorch)
 _LAZY = {
-    "CheckpointError": "validation",
     "load_checkpoint": "weights",
     "randomize_weights_": "weights",
     "read_state_dict": "weights",

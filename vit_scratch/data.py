@@ -38,7 +38,7 @@ def resolve_pretrained_cfg(config) -> dict:
     if isinstance(config, dict):
         return config
     if isinstance(config, str):
-        from .registry import get_pretrained_cfg
+        from .models import get_pretrained_cfg
 
         return get_pretrained_cfg(config)
     cfg = getattr(config, "pretrained_cfg", None)

@@ -1,20 +1,101 @@
-"""The model factory: one name -> one architecture, in both rooms.
+"""The model factory: a name leads to its family's classes through one table.
 
     create_model("vit_tiny_patch16_224", num_classes=10)          # PyTorch nn.Module
     create_numpy_model("vit_tiny_patch16_224", params)            # NumPy model
     list_models(), get_config(name), get_pretrained_cfg(name)
 
 Names and architectures are timm's, so a timm or official checkpoint of the same name loads.
-The factory knows no family by name: each family registers its names in its spec module
-(``vit_scratch/specs/<family>.py``), and its model classes live in ``numpy_nn/<family>.py`` and
-``torch_nn/<family>.py`` under the same class name.
+:data:`FAMILIES` has one line per family: its torch-free spec module (config, key/shape table,
+and ``MODELS``, the names it registers) and its model class in each room.  The room classes are
+looked up on first use, so ``import vit_scratch`` does not import PyTorch and a NumPy model
+builds without it.
 """
 from __future__ import annotations
 
-from .registry import get_config, get_pretrained_cfg, get_spec, list_models, register_model
+import fnmatch
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Callable
 
-__all__ = ["create_model", "create_numpy_model", "get_config", "get_pretrained_cfg",
-           "list_models", "register_model"]
+from .specs import cait, coat, vit
+from .specs.base import ModelSpec
+
+__all__ = ["FAMILIES", "create_model", "create_numpy_model", "get_config", "get_pretrained_cfg",
+           "list_models"]
+
+
+def torch_nn():
+    """The PyTorch room, ``vit_scratch.torch_nn``, imported the first time a model is built."""
+    from . import torch_nn as room
+
+    return room
+
+
+def numpy_nn():
+    """The NumPy room, ``vit_scratch.numpy_nn`` (it never imports PyTorch)."""
+    from . import numpy_nn as room
+
+    return room
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family: ``spec`` is its torch-free spec module (``spec.MODELS``: its names);
+    ``torch_class()`` and ``numpy_class()`` return its model class in each room."""
+
+    spec: ModuleType
+    torch_class: Callable[[], type]
+    numpy_class: Callable[[], type]
+
+
+#: The model families, one line each: spec module, PyTorch class, NumPy class.
+FAMILIES = (
+    Family(vit, lambda: torch_nn().vit.VisionTransformer, lambda: numpy_nn().vit.VisionTransformer),
+    Family(cait, lambda: torch_nn().cait.Cait, lambda: numpy_nn().cait.Cait),
+    Family(coat, lambda: torch_nn().coat.CoaT, lambda: numpy_nn().coat.CoaT),
+)
+
+
+def _registered() -> dict[str, tuple[Family, ModelSpec]]:
+    """Every registered name -> (its family, its spec), read from the families' ``MODELS``."""
+    names: dict[str, tuple[Family, ModelSpec]] = {}
+    for family in FAMILIES:
+        for name, spec in family.spec.MODELS.items():
+            if name in names:
+                raise ValueError(f"model name {name!r} is registered by two families")
+            names[name] = (family, spec)
+    return names
+
+
+def lookup(name: str) -> tuple[Family, ModelSpec]:
+    """``(family, spec)`` of a registered name; unknown names list the known ones."""
+    registered = _registered()
+    if not isinstance(name, str) or name not in registered:
+        raise ValueError(f"unknown model name {name!r}; known models: "
+                         f"{', '.join(sorted(registered))}")
+    return registered[name]
+
+
+def list_models(filter: str = "") -> list[str]:
+    """The names ``create_model`` and ``create_numpy_model`` accept, sorted.
+
+    ``filter`` keeps the names that contain it, or match it as a shell pattern (``"cait_*"``)."""
+    names = sorted(_registered())
+    if not filter:
+        return names
+    return [n for n in names if fnmatch.fnmatch(n, filter) or filter in n]
+
+
+def get_config(name: str, **kwargs):
+    """The config of ``name`` with ``kwargs`` overriding its fields (``img_size=(224, 160)``)."""
+    return lookup(name)[1].config(**kwargs)
+
+
+def get_pretrained_cfg(name: str, **kwargs) -> dict:
+    """What ``name``'s weights expect: ``input_size``, ``mean``, ``std``, ``crop_pct``, ...
+    (``input_size`` and ``num_classes`` follow ``kwargs``, as in ``create_model(name, **kwargs)``)."""
+    spec = lookup(name)[1]
+    return spec.pretrained_cfg_for(spec.config(**kwargs))
 
 
 def create_model(name: str, **kwargs):
@@ -24,9 +105,9 @@ def create_model(name: str, **kwargs):
     ``drop_path_rate`` and the family's own: ``get_config(name)`` shows them all).
     Load weights with ``vit_scratch.load_checkpoint(model, path)``.
     """
-    spec = get_spec(name)
+    family, spec = lookup(name)
     cfg = spec.config(**kwargs)
-    model = spec.family.torch_class()(cfg)
+    model = family.torch_class()(cfg)
     model.pretrained_cfg = spec.pretrained_cfg_for(cfg)
     return model
 
@@ -38,8 +119,8 @@ def create_numpy_model(name: str, params: dict, **kwargs):
     Returns a callable model: images (B, C, H, W) ndarray -> logits (B, num_classes) ndarray.
     Missing, unexpected or mis-shaped keys raise a ``ValueError`` that lists them.
     """
-    spec = get_spec(name)
+    family, spec = lookup(name)
     cfg = spec.config(**kwargs)
-    model = spec.family.numpy_class()(cfg, params, name=name)
+    model = family.numpy_class()(cfg, params, name=name)
     model.pretrained_cfg = spec.pretrained_cfg_for(cfg)
     return model

@@ -48,8 +48,7 @@ import torch
 import torch.nn.functional as F
 
 from .data import check_data, make_datasets
-from .models import create_model, get_config
-from .registry import get_spec
+from .models import create_model, get_config, get_pretrained_cfg
 from .weights import CheckpointError, load_checkpoint, read_state_dict, save_checkpoint
 
 # The files of a run folder.
@@ -461,8 +460,7 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False, log=p
         model.load_state_dict(state["model"])  # the weights of the last saved epoch
 
     # The data, shaped as the model's pretrained_cfg says; then the model, with its classes.
-    spec = get_spec(cfg.model)
-    pretrained_cfg = spec.pretrained_cfg_for(spec.config(**cfg.model_kwargs))
+    pretrained_cfg = get_pretrained_cfg(cfg.model, **cfg.model_kwargs)
     if datasets is None:
         train_set, test_set = make_datasets(cfg.data, pretrained_cfg, cfg.test_fraction,
                                             cfg.split_seed)

@@ -87,5 +87,3 @@ class VisionTransformer(ModelBase):
         """One (B, heads, 1 + N, 1 + N) array per block; row 0 is the class token's attention."""
         return self._blocks(images, keep_maps=True)[2]
 
-
-ViT = VisionTransformer  # the name this class had before the families landed

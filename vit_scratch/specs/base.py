@@ -6,10 +6,9 @@ A *family* (ViT, CaiT, CoaT, ...) is three files:
     vit_scratch/numpy_nn/<family>.py    the NumPy model class
     vit_scratch/torch_nn/<family>.py    the PyTorch model class, with the same class name
 
-The spec module builds one :class:`Family` and registers its names with
-``@register_model(FAMILY, pretrained_cfg=...)`` (``vit_scratch.registry``), in the style of timm.
-The factory finds spec modules on its own, so adding a family edits neither ``models.py`` nor
-``train.py`` nor ``weights.py``.
+plus one line in the factory's table (``vit_scratch.models.FAMILIES``).  The spec module
+declares its registered names in a :class:`ModelTable` (``MODELS``), next to its config class;
+the trainer, checkpoints and plots never learn a family's name.
 
 Every family's config is a frozen dataclass that has at least the fields ``img_size``,
 ``in_chans`` and ``num_classes`` (the trainer sets those from the data) and mixes in
@@ -23,11 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import math
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .. import validation
@@ -169,6 +167,12 @@ class ConfigMixin:
     def replace(self, **changes):
         return dataclasses.replace(self, **check_fields(type(self), changes))
 
+    @classmethod
+    def build(cls, cfg=None, **kwargs):
+        """What a model class does with its arguments: ``cfg`` with ``kwargs`` replaced, or a
+        new config from ``kwargs`` alone (``Cait(embed_dim=192, depth=24)``)."""
+        return cls(**check_fields(cls, kwargs)) if cfg is None else cfg.replace(**kwargs)
+
 
 class PatchGridMixin:
     """Derived sizes of a single-scale, patch-based config (ViT, CaiT): it needs the fields
@@ -202,49 +206,18 @@ def num_params(shapes: dict[str, tuple[int, ...]]) -> int:
 
 
 @dataclass(frozen=True)
-class Family:
-    """One model family.
-
-    module:        the file name used in both rooms (``vit`` -> ``numpy_nn/vit.py``, ``torch_nn/vit.py``)
-    model_class:   the class name, the same in both rooms (``VisionTransformer``)
-    config_cls:    the frozen config dataclass
-    param_shapes:  cfg -> ``{state_dict key: shape}``, in the order PyTorch lists the keys
-    pretrained_cfg: defaults for every name of the family (mean, std, crop_pct, interpolation)
-    shared_keys:   cfg -> groups of keys that are one tensor (modules registered twice)
-    paper:         title, authors and link, for the docs
-    """
-
-    module: str
-    model_class: str
-    config_cls: type
-    param_shapes: Callable
-    pretrained_cfg: dict = field(default_factory=dict)
-    shared_keys: Callable | None = None
-    paper: str = ""
-
-    def torch_class(self):
-        """The PyTorch model class (imports torch: only called when a model is built)."""
-        return getattr(importlib.import_module(f"vit_scratch.torch_nn.{self.module}"),
-                       self.model_class)
-
-    def numpy_class(self):
-        """The NumPy model class (never imports torch)."""
-        return getattr(importlib.import_module(f"vit_scratch.numpy_nn.{self.module}"),
-                       self.model_class)
-
-
-@dataclass(frozen=True)
 class ModelSpec:
-    """A registered name: its family, its default config and its preprocessing."""
+    """A registered name: its default config and what its weights expect (``pretrained_cfg``:
+    ``input_size``, ``mean``, ``std``, ``crop_pct``, ``interpolation``)."""
 
     name: str
-    family: Family
     default_config: Callable  # () -> config
     pretrained_cfg: dict
     doc: str = ""
 
     def config(self, **kwargs):
-        return self.default_config().replace(**check_fields(self.family.config_cls, kwargs))
+        """The default config with ``kwargs`` overriding its fields (unknown names: ``TypeError``)."""
+        return self.default_config().replace(**kwargs)
 
     def pretrained_cfg_for(self, cfg) -> dict:
         """The name's pretrained_cfg, with ``input_size`` and ``num_classes`` those of ``cfg``
@@ -252,3 +225,39 @@ class ModelSpec:
         h, w = cfg.img_size if isinstance(cfg.img_size, tuple) else (cfg.img_size,) * 2
         return {**self.pretrained_cfg, "architecture": self.name,
                 "input_size": (cfg.in_chans, h, w), "num_classes": cfg.num_classes}
+
+
+class ModelTable(dict):
+    """A family's registered names, ``{name: ModelSpec}``, declared in its spec module next to
+    its config class, in the style of timm's ``@register_model``::
+
+        MODELS = ModelTable(cait_param_shapes, pretrained_cfg=dict(mean=..., std=..., ...))
+
+        @MODELS.register
+        def cait_xxs24_224() -> CaitConfig:
+            "CaiT-XXS24 at 224²."
+            return CaitConfig(embed_dim=192, depth=24, num_heads=4, init_values=1e-5)
+
+    The decorated function returns the name's default config; ``@MODELS.register(pretrained_cfg=
+    ...)`` adds what that name's weights expect on top of the family's defaults.
+    ``param_shapes`` is the family's ``{state_dict key: shape}`` table (cfg -> table), which
+    tells a checkpoint of this family from another's (``vit_scratch.models``).
+    """
+
+    def __init__(self, param_shapes: Callable, pretrained_cfg: dict):
+        super().__init__()
+        self.param_shapes = param_shapes
+        self.pretrained_cfg = dict(pretrained_cfg)
+
+    def register(self, fn: Callable | None = None, *, pretrained_cfg: dict | None = None):
+        """Decorator: register ``fn`` (-> default config) under its own name."""
+
+        def decorate(fn):
+            if fn.__name__ in self:
+                raise ValueError(f"model name {fn.__name__!r} is registered twice")
+            self[fn.__name__] = ModelSpec(fn.__name__, fn,
+                                          {**self.pretrained_cfg, **(pretrained_cfg or {})},
+                                          (fn.__doc__ or "").strip())
+            return fn
+
+        return decorate if fn is None else decorate(fn)

@@ -21,8 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import validation
-from ..registry import register_model
-from .base import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, ConfigMixin, Family, PatchGridMixin
+from .base import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, ConfigMixin, ModelTable, PatchGridMixin
 from .vit import head_param_shapes, mlp_param_shapes
 
 #: The CaiT paper's initial LayerScale value by depth: (largest depth, ε).
@@ -189,55 +188,49 @@ def cait_param_shapes(cfg: CaitConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-FAMILY = Family(
-    module="cait",
-    model_class="Cait",
-    config_cls=CaitConfig,
-    param_shapes=cait_param_shapes,
-    # The official CaiT checkpoints: ImageNet normalisation, no crop margin, bicubic resizing.
-    pretrained_cfg=dict(input_size=(3, 224, 224), mean=IMAGENET_DEFAULT_MEAN,
-                        std=IMAGENET_DEFAULT_STD, crop_pct=1.0, interpolation="bicubic"),
-    paper=("Touvron, Cord, Sablayrolles, Synnaeve, Jégou, Going deeper with Image Transformers, "
-           "https://arxiv.org/abs/2103.17239"),
-)
+#: The registered names: name -> default config and the pretrained_cfg of its weights (the
+#: official CaiT checkpoints: ImageNet normalisation, no crop margin, bicubic resizing).
+MODELS = ModelTable(cait_param_shapes, pretrained_cfg=dict(
+    input_size=(3, 224, 224), mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD, crop_pct=1.0,
+    interpolation="bicubic"))
 
 _AT_384 = dict(input_size=(3, 384, 384))
 
 
-@register_model(FAMILY)
+@MODELS.register
 def cait_xxs24_224() -> CaitConfig:
     """CaiT-XXS24 at 224²: 192 channels, 24 + 2 blocks, 4 heads (12.0 M parameters)."""
     return CaitConfig(patch_size=16, embed_dim=192, depth=24, num_heads=4, init_values=1e-5)
 
 
-@register_model(FAMILY)
+@MODELS.register
 def cait_xxs36_224() -> CaitConfig:
     """CaiT-XXS36 at 224²: 192 channels, 36 + 2 blocks, 4 heads (17.3 M parameters).
     Released with LayerScale ε = 1e-5 (the paper's rule would give 1e-6 at depth 36)."""
     return CaitConfig(patch_size=16, embed_dim=192, depth=36, num_heads=4, init_values=1e-5)
 
 
-@register_model(FAMILY, pretrained_cfg=_AT_384)
+@MODELS.register(pretrained_cfg=_AT_384)
 def cait_xs24_384() -> CaitConfig:
     """CaiT-XS24 at 384²: 288 channels, 24 + 2 blocks, 6 heads (26.7 M parameters)."""
     return CaitConfig(img_size=384, patch_size=16, embed_dim=288, depth=24, num_heads=6,
                       init_values=1e-5)
 
 
-@register_model(FAMILY)
+@MODELS.register
 def cait_s24_224() -> CaitConfig:
     """CaiT-S24 at 224²: 384 channels, 24 + 2 blocks, 8 heads (46.9 M parameters)."""
     return CaitConfig(patch_size=16, embed_dim=384, depth=24, num_heads=8, init_values=1e-5)
 
 
-@register_model(FAMILY, pretrained_cfg=_AT_384)
+@MODELS.register(pretrained_cfg=_AT_384)
 def cait_s24_384() -> CaitConfig:
     """CaiT-S24 at 384²: 384 channels, 24 + 2 blocks, 8 heads (47.1 M parameters)."""
     return CaitConfig(img_size=384, patch_size=16, embed_dim=384, depth=24, num_heads=8,
                       init_values=1e-5)
 
 
-@register_model(FAMILY, pretrained_cfg=_AT_384)
+@MODELS.register(pretrained_cfg=_AT_384)
 def cait_s36_384() -> CaitConfig:
     """CaiT-S36 at 384²: 384 channels, 36 + 2 blocks, 8 heads (68.4 M parameters)."""
     return CaitConfig(img_size=384, patch_size=16, embed_dim=384, depth=36, num_heads=8,
@@ -250,7 +243,7 @@ DIGITS_CFG = dict(input_size=(1, 8, 8), mean=(0.0,), std=(1.0,), crop_pct=1.0,
                   interpolation="bilinear")
 
 
-@register_model(FAMILY, pretrained_cfg=DIGITS_CFG)
+@MODELS.register(pretrained_cfg=DIGITS_CFG)
 def cait_digits() -> CaitConfig:
     """A small CaiT for the 8×8 digits, enlarged to 24×24 and cut into 6×6 patches (a 4×4
     grid, as ``vit_digits``): 64 channels, 3 self-attention + 2 class-attention blocks, 4 heads,

@@ -27,8 +27,7 @@ import math
 from dataclasses import dataclass, field
 
 from .. import validation
-from ..registry import register_model
-from .base import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, ConfigMixin, Family, num_params
+from .base import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, ConfigMixin, ModelTable, num_params
 from .vit import DIGITS_CFG, head_param_shapes, mlp_param_shapes
 
 NUM_SCALES = 4
@@ -298,58 +297,51 @@ def coat_num_params(cfg: CoaTConfig) -> int:
     return num_params(shapes) - repeated
 
 
-FAMILY = Family(
-    module="coat",
-    model_class="CoaT",
-    config_cls=CoaTConfig,
-    param_shapes=coat_param_shapes,
-    shared_keys=shared_keys,
-    pretrained_cfg=dict(input_size=(3, 224, 224), mean=IMAGENET_DEFAULT_MEAN,
-                        std=IMAGENET_DEFAULT_STD, crop_pct=0.9, interpolation="bicubic"),
-    paper="Xu, Xu, Chang, Tu, Co-Scale Conv-Attentional Image Transformers, ICCV 2021, "
-          "https://arxiv.org/abs/2104.06399",
-)
+#: The registered names: name -> default config and the pretrained_cfg of its weights.
+MODELS = ModelTable(coat_param_shapes, pretrained_cfg=dict(
+    input_size=(3, 224, 224), mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD, crop_pct=0.9,
+    interpolation="bicubic"))
 
 _LITE_MLP = (8, 8, 4, 4)
 
 
-@register_model(FAMILY)
+@MODELS.register
 def coat_lite_tiny() -> CoaTConfig:
     """CoaT-Lite Tiny: dims 64/128/256/320, 2 serial blocks per scale (5.7 M parameters)."""
     return CoaTConfig(embed_dims=(64, 128, 256, 320), serial_depths=(2, 2, 2, 2), mlp_ratios=_LITE_MLP)
 
 
-@register_model(FAMILY)
+@MODELS.register
 def coat_lite_mini() -> CoaTConfig:
     """CoaT-Lite Mini: dims 64/128/320/512, 2 serial blocks per scale (11.0 M parameters)."""
     return CoaTConfig(embed_dims=(64, 128, 320, 512), serial_depths=(2, 2, 2, 2), mlp_ratios=_LITE_MLP)
 
 
-@register_model(FAMILY)
+@MODELS.register
 def coat_lite_small() -> CoaTConfig:
     """CoaT-Lite Small: dims 64/128/320/512, serial depths 3/4/6/3 (19.8 M parameters)."""
     return CoaTConfig(embed_dims=(64, 128, 320, 512), serial_depths=(3, 4, 6, 3), mlp_ratios=_LITE_MLP)
 
 
-@register_model(FAMILY)
+@MODELS.register
 def coat_lite_medium() -> CoaTConfig:
     """CoaT-Lite Medium: dims 128/256/320/512, serial depths 3/6/10/8, MLP ratio 4 (44.6 M)."""
     return CoaTConfig(embed_dims=(128, 256, 320, 512), serial_depths=(3, 6, 10, 8))
 
 
-@register_model(FAMILY)
+@MODELS.register
 def coat_tiny() -> CoaTConfig:
     """CoaT Tiny: 152 channels at every scale, 2 serial blocks each, 6 parallel blocks (5.5 M)."""
     return CoaTConfig(embed_dims=(152, 152, 152, 152), serial_depths=(2, 2, 2, 2), parallel_depth=6)
 
 
-@register_model(FAMILY)
+@MODELS.register
 def coat_mini() -> CoaTConfig:
     """CoaT Mini: dims 152/216/216/216, 2 serial blocks each, 6 parallel blocks (10.3 M)."""
     return CoaTConfig(embed_dims=(152, 216, 216, 216), serial_depths=(2, 2, 2, 2), parallel_depth=6)
 
 
-@register_model(FAMILY)
+@MODELS.register
 def coat_small() -> CoaTConfig:
     """CoaT Small: dims 152/320/320/320, 2 serial blocks each, 6 parallel blocks (21.7 M)."""
     return CoaTConfig(embed_dims=(152, 320, 320, 320), serial_depths=(2, 2, 2, 2), parallel_depth=6)
@@ -362,7 +354,7 @@ def coat_small() -> CoaTConfig:
 _DIGITS_WINDOWS = {3: 2, 5: 2}  # 4 heads; a 7×7 window would cover the whole 8×8 grid
 
 
-@register_model(FAMILY, pretrained_cfg=DIGITS_CFG)
+@MODELS.register(pretrained_cfg=DIGITS_CFG)
 def coat_lite_digits() -> CoaTConfig:
     """A small CoaT-Lite for 8×8 digits: patch 1 (grids 8, 4, 2, 1), dims 32/64/96/128, one
     serial block per scale, 4 heads with 3×3 and 5×5 CRPE windows.
@@ -374,7 +366,7 @@ def coat_lite_digits() -> CoaTConfig:
                       mlp_ratios=(2, 2, 2, 2), crpe_window=dict(_DIGITS_WINDOWS))
 
 
-@register_model(FAMILY, pretrained_cfg=DIGITS_CFG)
+@MODELS.register(pretrained_cfg=DIGITS_CFG)
 def coat_digits() -> CoaTConfig:
     """A small CoaT for 8×8 digits: patch 1, dims 32/64/64/64, one serial block per scale and
     two parallel blocks (feature interpolation; ``parallel_mode="cross_attention"`` for the

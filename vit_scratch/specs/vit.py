@@ -13,14 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import validation
-from ..registry import register_model
 from .base import (
     IMAGENET_DEFAULT_MEAN,
     IMAGENET_DEFAULT_STD,
     IMAGENET_INCEPTION_MEAN,
     IMAGENET_INCEPTION_STD,
     ConfigMixin,
-    Family,
+    ModelTable,
     PatchGridMixin,
 )
 
@@ -96,46 +95,41 @@ def head_param_shapes(C: int, num_classes: int) -> dict[str, tuple[int, ...]]:
     return {"head.weight": (num_classes, C), "head.bias": (num_classes,)} if num_classes else {}
 
 
-FAMILY = Family(
-    module="vit",
-    model_class="VisionTransformer",
-    config_cls=ViTConfig,
-    param_shapes=vit_param_shapes,
-    pretrained_cfg=dict(input_size=(3, 224, 224), mean=IMAGENET_INCEPTION_MEAN,
-                        std=IMAGENET_INCEPTION_STD, crop_pct=0.9, interpolation="bicubic"),
-    paper="Dosovitskiy et al., An Image is Worth 16x16 Words, https://arxiv.org/abs/2010.11929",
-)
-
 # Google's ViT checkpoints (augreg) were trained on inputs scaled to [-1, 1]: mean = std = 0.5.
 # DeiT's were trained with ImageNet's mean and std.  Using the wrong pair costs accuracy silently.
 _DEIT = dict(mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD)
 
+#: The registered names: name -> default config and the pretrained_cfg of its weights.
+MODELS = ModelTable(vit_param_shapes, pretrained_cfg=dict(
+    input_size=(3, 224, 224), mean=IMAGENET_INCEPTION_MEAN, std=IMAGENET_INCEPTION_STD,
+    crop_pct=0.9, interpolation="bicubic"))
 
-@register_model(FAMILY)
+
+@MODELS.register
 def vit_tiny_patch16_224() -> ViTConfig:
     """ViT-Ti/16 at 224²: 192 channels, 12 blocks, 3 heads (5.7 M parameters)."""
     return ViTConfig(patch_size=16, embed_dim=192, depth=12, num_heads=3)
 
 
-@register_model(FAMILY)
+@MODELS.register
 def vit_small_patch16_224() -> ViTConfig:
     """ViT-S/16 at 224²: 384 channels, 12 blocks, 6 heads (22 M parameters)."""
     return ViTConfig(patch_size=16, embed_dim=384, depth=12, num_heads=6)
 
 
-@register_model(FAMILY)
+@MODELS.register
 def vit_base_patch16_224() -> ViTConfig:
     """ViT-B/16 at 224²: 768 channels, 12 blocks, 12 heads (86.6 M parameters)."""
     return ViTConfig(patch_size=16, embed_dim=768, depth=12, num_heads=12)
 
 
-@register_model(FAMILY, pretrained_cfg=_DEIT)
+@MODELS.register(pretrained_cfg=_DEIT)
 def deit_tiny_patch16_224() -> ViTConfig:
     """DeiT-Ti: the ViT-Ti/16 architecture, ImageNet normalisation."""
     return ViTConfig(patch_size=16, embed_dim=192, depth=12, num_heads=3)
 
 
-@register_model(FAMILY, pretrained_cfg=_DEIT)
+@MODELS.register(pretrained_cfg=_DEIT)
 def deit_small_patch16_224() -> ViTConfig:
     """DeiT-S: the ViT-S/16 architecture, ImageNet normalisation."""
     return ViTConfig(patch_size=16, embed_dim=384, depth=12, num_heads=6)
@@ -148,7 +142,7 @@ DIGITS_CFG = dict(input_size=(1, 8, 8), mean=(0.0,), std=(1.0,), crop_pct=1.0,
                   interpolation="bilinear")
 
 
-@register_model(FAMILY, pretrained_cfg=DIGITS_CFG)
+@MODELS.register(pretrained_cfg=DIGITS_CFG)
 def vit_digits() -> ViTConfig:
     """A small ViT for the 8×8 digits, enlarged to 24×24 (bilinear) and cut into 6×6 patches:
     a 4×4 grid, 64 channels, 4 blocks, 4 heads, stochastic depth 0.2 (138 k parameters).

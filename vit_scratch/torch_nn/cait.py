@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from .. import interface
-from ..specs.base import check_fields
 from ..specs.cait import CaitConfig
 from .base import ModelBase
 from .class_attention import ClassAttention, LayerScaleBlockClassAttn
@@ -43,7 +42,7 @@ class Cait(ModelBase):
     pos_embed_prefix_tokens = 0  # ... which has no position embedding: pos_embed is the grid only
 
     def __init__(self, cfg: CaitConfig | None = None, **kwargs):
-        cfg = CaitConfig(**check_fields(CaitConfig, kwargs)) if cfg is None else cfg.replace(**kwargs)
+        cfg = CaitConfig.build(cfg, **kwargs)
         super().__init__(cfg)
         C, eps = cfg.embed_dim, cfg.layer_scale_init
         self.num_features = self.embed_dim = C

@@ -25,7 +25,6 @@ import torch
 from torch import nn
 
 from .. import interface, validation
-from ..specs.base import check_fields
 from ..specs.coat import (CPE_WINDOW, NUM_SCALES, CoaTConfig, CoaTImageSizeMixin,
                           coat_feature_info)
 from .attention import RecordsAttention
@@ -92,7 +91,7 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
     num_prefix_tokens = 1  # each scale's class token
 
     def __init__(self, cfg: CoaTConfig | None = None, **kwargs):
-        cfg = CoaTConfig(**check_fields(CoaTConfig, kwargs)) if cfg is None else cfg.replace(**kwargs)
+        cfg = CoaTConfig.build(cfg, **kwargs)
         super().__init__(cfg)
         dims, heads = cfg.embed_dims, cfg.num_heads
         self.num_features = self.embed_dim = dims[-1]

@@ -12,7 +12,6 @@ import torch
 from torch import nn
 
 from .. import interface, validation
-from ..specs.base import check_fields
 from ..specs.vit import ViTConfig
 from .attention import Attention
 from .base import ModelBase
@@ -56,7 +55,7 @@ class VisionTransformer(ModelBase):
     pos_embed_prefix_tokens = 1  # ... which has a position embedding of its own
 
     def __init__(self, cfg: ViTConfig | None = None, **kwargs):
-        cfg = ViTConfig(**check_fields(ViTConfig, kwargs)) if cfg is None else cfg.replace(**kwargs)
+        cfg = ViTConfig.build(cfg, **kwargs)
         super().__init__(cfg)
         C = cfg.embed_dim
         self.num_features = self.embed_dim = C
