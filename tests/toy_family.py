@@ -72,7 +72,7 @@ class Toy(torch_base.ModelBase):
         self.head = nn.Linear(C, cfg.num_classes)
 
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
-        x = self.patch_embed(self.prepare_images(images))  # (B, N, C)
+        x = self.patch_embed.embed(self.prepare_images(images))  # (B, N, C)
         return self.norm(torch.cat([self.cls_token.expand(len(x), -1, -1), x], dim=1))
 
     def pool(self, features: torch.Tensor) -> torch.Tensor:

@@ -245,6 +245,49 @@ def check_window_heads(crpe_window, num_heads: int, name: str = "crpe_window") -
     return dict(crpe_window)
 
 
+#: What each argument of a public layer must be (:func:`check_layer_args`): a positive int, a
+#: bool, or a dropout-like rate in [0, 1).
+LAYER_INT_ARGS = ("dim", "in_features", "hidden_features", "out_features", "embed_dim",
+                  "in_chans", "patch_size", "head_chs", "num_heads")
+LAYER_BOOL_ARGS = ("qkv_bias", "class_token_in_keys", "antialias")
+LAYER_RATE_ARGS = ("drop", "attn_drop", "proj_drop", "drop_path")
+
+
+def check_layer_args(**args) -> None:
+    """The arguments of a public layer (``Attention``, ``Mlp``, ``LayerScale``, ``PatchEmbed``,
+    ...), checked in one call, by name, with the messages of the config fields:
+    :data:`LAYER_INT_ARGS` positive ints (``dim`` with ``num_heads``: split evenly into heads;
+    ``img_size`` with ``patch_size``: tiled exactly), :data:`LAYER_BOOL_ARGS` ``True`` or
+    ``False``, :data:`LAYER_RATE_ARGS` in [0, 1), ``init_values`` LayerScale's positive ε,
+    ``kernel_size`` an odd positive int (a centred 'same' convolution).  ``None`` means
+    "not given".  The models pass checked config values, so this guards a layer a learner
+    builds by hand."""
+    for name, value in args.items():
+        if value is None or (name == "dim" and "num_heads" in args):
+            continue  # dim is checked with num_heads, below
+        if name in LAYER_INT_ARGS:
+            check_positive(value, name)
+        elif name in LAYER_BOOL_ARGS:
+            check_bool(value, name)
+        elif name in LAYER_RATE_ARGS:
+            check_probability(value, name)
+        elif name == "init_values":
+            check_init_values(value)
+        elif name == "kernel_size":
+            check_positive(value, name)
+            if value % 2 == 0:
+                raise ValueError(f"kernel_size must be odd (a centred window with 'same' padding "
+                                 f"k // 2), got {value}")
+        elif name == "img_size":
+            to_2tuple(value, name)
+        else:
+            raise TypeError(f"check_layer_args does not know the argument {name!r}")
+    if "num_heads" in args:
+        head_dim(args["dim"], args["num_heads"])
+    if args.get("img_size") is not None and args.get("patch_size") is not None:
+        grid_size(args["img_size"], args["patch_size"])
+
+
 # --- images: one dtype policy for both rooms -----------------------------------------------------
 
 #: Floating dtypes a model accepts (cast to the model's own dtype on the way in).
@@ -308,12 +351,15 @@ def check_image_values(max_abs: float, name: str = "images") -> None:
 
 
 def check_images(shape: Sequence[int], in_chans: int | None = None, img_size=None,
-                 patch_size=None) -> None:
+                 patch_size=None, dtype=None) -> None:
     """Check a batch of images of ``shape`` (B, C, H, W) before it enters a model.
 
     ``img_size`` is the size a fixed-size model was built for (its position embedding has
-    one entry per patch of that size); ``patch_size`` alone checks only divisibility.
+    one entry per patch of that size); ``patch_size`` alone checks only divisibility.  With
+    ``dtype``, the dtype policy (:func:`check_image_dtype`) is checked first.
     """
+    if dtype is not None:
+        check_image_dtype(dtype)
     shape = tuple(int(s) for s in shape)
     if len(shape) != 4:
         raise ValueError(f"images must have shape (B, C, H, W), got shape {shape}")
@@ -352,6 +398,17 @@ def check_last_dim(shape: Sequence[int], expected: int, name: str) -> None:
         raise ValueError(f"{name} must have last dimension {expected}, got shape {tuple(shape)}")
 
 
+def check_tokens(shape: Sequence[int], channels: int | None, name: str,
+                 layout: str = "(B, N, C)", min_tokens: int = 0) -> None:
+    """Tokens (B, N, C) with N >= ``min_tokens`` and C = ``channels`` (None: any), in one call:
+    a public layer's input check.  ``layout`` is how the message describes the shape."""
+    shape = tuple(shape)
+    if len(shape) != 3 or shape[1] < min_tokens:
+        raise ValueError(f"{name} must have shape {layout}, got shape {shape}")
+    if channels is not None:
+        check_last_dim(shape, channels, name)
+
+
 def check_qkv(q_shape: Sequence[int], k_shape: Sequence[int],
               v_shape: Sequence[int] | None = None) -> None:
     """q (..., N_q, d), k (..., N_k, d), v (..., N_k, d_v): the shapes attention needs."""
@@ -365,6 +422,20 @@ def check_qkv(q_shape: Sequence[int], k_shape: Sequence[int],
     if v_shape is not None and tuple(v_shape)[-2] != k_shape[-2]:
         raise ValueError(f"v must have one row per key (N_k = {k_shape[-2]}), got k of shape "
                          f"{k_shape} and v of shape {tuple(v_shape)}")
+
+
+def check_token_grid(shape: Sequence[int], size, name: str = "tokens",
+                     channels: int | None = None) -> tuple[int, int]:
+    """Tokens (B, 1 + H·W, C) -- a class token, then an H×W grid in raster order -- that fit
+    ``size`` (H, W) (and have C = ``channels`` unless None); returns (H, W)."""
+    H, W = to_2tuple(size, "size")
+    shape = tuple(shape)
+    if len(shape) != 3 or shape[1] != 1 + H * W:
+        raise ValueError(f"{name} of shape {shape} do not fit the grid size {(H, W)}: "
+                         f"expected 1 + {H}·{W} = {1 + H * W} tokens")
+    if channels is not None:
+        check_last_dim(shape, channels, name)
+    return H, W
 
 
 def check_mask_dtype(dtype, name: str = "mask") -> str:

@@ -132,8 +132,8 @@ def conv_pos_enc(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, size) -> n
     x: (B, 1 + H·W, C) tokens (class token first), weight: (C, 1, 3, 3), bias: (C,),
     size: (H, W)  ->  (B, 1 + H·W, C); the class token passes unchanged.
     """
-    B, N, C = _check_tokens(x, size)
-    H, W = size
+    H, W = validation.check_token_grid(np.shape(x), size)
+    B, N, C = x.shape
     img = x[:, 1:].reshape(B, H, W, C)  # a view: tokens are raster order, channels last
     out = np.empty_like(x)
     out[:, :1] = x[:, :1]
@@ -181,12 +181,3 @@ def conv_rel_pos_enc(q: np.ndarray, v: np.ndarray, size, weights, biases) -> np.
     ev[:, :, 1:] = q[:, :, 1:] * np.moveaxis(conv_v, 2, 1)
     return ev
 
-
-def _check_tokens(x: np.ndarray, size):
-    if x.ndim != 3:
-        raise ValueError(f"tokens must have shape (B, 1 + H·W, C), got shape {x.shape}")
-    H, W = validation.to_2tuple(size, "size")
-    if x.shape[1] != 1 + H * W:
-        raise ValueError(f"tokens of shape {x.shape} do not fit the grid size {(H, W)}: "
-                         f"expected 1 + {H}·{W} = {1 + H * W} tokens")
-    return x.shape

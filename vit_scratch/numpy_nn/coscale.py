@@ -119,10 +119,8 @@ def interpolate_tokens(x: np.ndarray, size, scale_factor: float) -> np.ndarray:
     x: (B, 1 + H·W, C), size: (H, W) of x's grid  ->  (B, 1 + H'·W', C), (H', W') =
     floor((H, W) · scale_factor)
     """
+    H, W = validation.check_token_grid(np.shape(x), size)
     B, N, C = x.shape
-    H, W = validation.to_2tuple(size, "size")
-    if N != 1 + H * W:
-        raise ValueError(f"tokens of shape {x.shape} do not fit the grid size {(H, W)}")
     img = bilinear_resize(x[:, 1:].reshape(B, H, W, C), scale_factor=scale_factor, axes=(1, 2))
     return np.concatenate([x[:, :1], img.reshape(B, -1, C)], axis=1)
 

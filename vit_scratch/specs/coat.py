@@ -281,12 +281,14 @@ class CoaTImageSizeMixin:
         """(B, in_chans, H, W) with H and W any multiple of the total stride: CoaT has no
         position embedding tied to one size (``prepare_images`` calls this)."""
         validation.check_images(shape, self.cfg.in_chans)
-        self.cfg.grid_sizes(tuple(shape[-2:]))
+        validation.check_divisible(tuple(shape[-2:]), self.cfg.total_stride, "image size",
+                                   self.cfg.stride_detail)
 
     def grid_sizes(self, images) -> list[tuple[int, int]]:
-        """Check a batch of images and return its four token grids (rows, cols)."""
-        self.check_image_size(images.shape)
-        return self.cfg.grid_sizes(tuple(images.shape[-2:]))
+        """The four token grids (rows, cols) of a batch of images that ``prepare_images`` has
+        checked."""
+        H, W = images.shape[-2:]
+        return [(H // s, W // s) for s in self.cfg.strides]
 
 
 def coat_num_params(cfg: CoaTConfig) -> int:

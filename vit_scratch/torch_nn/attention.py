@@ -23,12 +23,18 @@ def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | Non
     gets all-zero weights, as in the fused kernel (and its gradient stays finite).
     """
     validation.check_qkv(q.shape, k.shape)
+    if mask is not None:
+        validation.check_mask_dtype(mask.dtype)
+        validation.check_mask(mask.shape, q.shape[:-1] + k.shape[-2:-1])
+    return _attention_weights(q, k, mask, scale)
+
+
+def _attention_weights(q, k, mask=None, scale=None):
+    """:func:`attention_weights` without the checks (its callers have made them)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     scores = (q * scale) @ k.transpose(-2, -1)
     if mask is None:
         return scores.softmax(dim=-1)
-    validation.check_mask_dtype(mask.dtype)
-    validation.check_mask(mask.shape, scores.shape)
     if mask.dtype == torch.bool:
         scores = scores.masked_fill(~mask, float("-inf"))  # returns a new tensor
     else:
@@ -41,15 +47,15 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None, dropout_p: floa
                                  return_attention: bool = False):
     """softmax(q kᵀ / √d) v for (..., N, d) tensors; fused unless the weights are requested."""
     validation.check_qkv(q.shape, k.shape, v.shape)
+    if mask is not None:
+        validation.check_mask_dtype(mask.dtype)
+        validation.check_mask(mask.shape, q.shape[:-1] + k.shape[-2:-1])
     if not return_attention:
-        if mask is not None:
-            validation.check_mask_dtype(mask.dtype)
-            validation.check_mask(mask.shape, q.shape[:-1] + k.shape[-2:-1])
-            if mask.ndim < 2:  # (N_k,) broadcasts, but the fused kernel wants 2 dims at least
-                mask = mask.reshape((1,) * (2 - mask.ndim) + tuple(mask.shape))
+        if mask is not None and mask.ndim < 2:  # (N_k,) broadcasts; the fused kernel wants 2 dims
+            mask = mask.reshape((1,) * (2 - mask.ndim) + tuple(mask.shape))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
                                               scale=scale)
-    attn = attention_weights(q, k, mask=mask, scale=scale)
+    attn = _attention_weights(q, k, mask, scale)
     out = F.dropout(attn, dropout_p) @ v if dropout_p else attn @ v
     return out, attn
 
@@ -76,11 +82,9 @@ class Attention(RecordsAttention, nn.Module):
     def __init__(self, dim: int, num_heads: int = 8, qkv_bias: bool = False,
                  attn_drop: float = 0.0, proj_drop: float = 0.0):
         super().__init__()
-        self.num_heads = num_heads
-        self.head_dim = validation.head_dim(dim, num_heads)
-        validation.check_bool(qkv_bias, "qkv_bias")  # 'False' is a truthy string
-        validation.check_probability(attn_drop, "attn_drop")
-        validation.check_probability(proj_drop, "proj_drop")
+        validation.check_layer_args(dim=dim, num_heads=num_heads, qkv_bias=qkv_bias,
+                                    attn_drop=attn_drop, proj_drop=proj_drop)
+        self.num_heads, self.head_dim = num_heads, dim // num_heads
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj = nn.Linear(dim, dim)
@@ -88,10 +92,8 @@ class Attention(RecordsAttention, nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 return_attention: bool = False):
-        if x.ndim != 3:
-            raise ValueError(f"x must have shape (B, N, C), got shape {tuple(x.shape)}")
+        validation.check_tokens(x.shape, self.qkv.in_features, "x")
         B, N, C = x.shape
-        validation.check_last_dim(x.shape, self.qkv.in_features, "x")
         # (B, N, 3C) -> 3 × (B, h, N, d); rows of qkv are [q; k; v], each head-major
         q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         dropout_p = self.attn_drop.p if self.training else 0.0
@@ -147,12 +149,10 @@ class TalkingHeadAttention(RecordsAttention, nn.Module):
     def __init__(self, dim: int, num_heads: int = 8, qkv_bias: bool = False,
                  attn_drop: float = 0.0, proj_drop: float = 0.0):
         super().__init__()
-        self.num_heads = num_heads
-        self.head_dim = validation.head_dim(dim, num_heads)
+        validation.check_layer_args(dim=dim, num_heads=num_heads, qkv_bias=qkv_bias,
+                                    attn_drop=attn_drop, proj_drop=proj_drop)
+        self.num_heads, self.head_dim = num_heads, dim // num_heads
         self.scale = self.head_dim ** -0.5
-        validation.check_bool(qkv_bias, "qkv_bias")  # 'False' is a truthy string
-        validation.check_probability(attn_drop, "attn_drop")
-        validation.check_probability(proj_drop, "proj_drop")
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj = nn.Linear(dim, dim)
@@ -161,10 +161,8 @@ class TalkingHeadAttention(RecordsAttention, nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.ndim != 3:
-            raise ValueError(f"x must have shape (B, N, C), got shape {tuple(x.shape)}")
+        validation.check_tokens(x.shape, self.qkv.in_features, "x")
         B, N, C = x.shape
-        validation.check_last_dim(x.shape, self.qkv.in_features, "x")
         # (B, N, 3C) -> 3 × (B, h, N, d); rows of qkv are [q; k; v], each head-major
         q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         scores = (q * self.scale) @ k.transpose(-2, -1)  # (B, h, N, N)

@@ -82,7 +82,8 @@ class Cait(ModelBase):
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> patch tokens with their positions (B, N, C)."""
-        return self.pos_drop(self.patch_embed(self.prepare_images(images)) + self.pos_embed)
+        x = self.patch_embed.embed(self.prepare_images(images))  # (B, N, C), checked once
+        return self.pos_drop(x + self.pos_embed)
 
     def forward_class_attention(self, x: torch.Tensor) -> torch.Tensor:
         """The class-attention stage: patch tokens (B, N, C) -> [cls; x] (B, 1 + N, C).

@@ -30,12 +30,11 @@ class ClassAttention(RecordsAttention, nn.Module):
                  attn_drop: float = 0.0, proj_drop: float = 0.0,
                  class_token_in_keys: bool = True):
         super().__init__()
-        self.num_heads = num_heads
-        self.head_dim = validation.head_dim(dim, num_heads)
-        self.class_token_in_keys = validation.check_bool(class_token_in_keys, "class_token_in_keys")
-        validation.check_bool(qkv_bias, "qkv_bias")  # 'False' is a truthy string
-        validation.check_probability(attn_drop, "attn_drop")
-        validation.check_probability(proj_drop, "proj_drop")
+        validation.check_layer_args(dim=dim, num_heads=num_heads, qkv_bias=qkv_bias,
+                                    attn_drop=attn_drop, proj_drop=proj_drop,
+                                    class_token_in_keys=class_token_in_keys)
+        self.num_heads, self.head_dim = num_heads, dim // num_heads
+        self.class_token_in_keys = bool(class_token_in_keys)
         self.q = nn.Linear(dim, dim, bias=qkv_bias)
         self.k = nn.Linear(dim, dim, bias=qkv_bias)
         self.v = nn.Linear(dim, dim, bias=qkv_bias)
@@ -44,11 +43,9 @@ class ClassAttention(RecordsAttention, nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
-        if u.ndim != 3 or u.shape[1] < 2:
-            raise ValueError(f"u must have shape (B, 1 + N, C) with the class token first and "
-                             f"N >= 1 patch tokens, got shape {tuple(u.shape)}")
+        validation.check_tokens(u.shape, self.q.in_features, "u", min_tokens=2, layout=(
+            "(B, 1 + N, C) with the class token first and N >= 1 patch tokens"))
         B, _, C = u.shape
-        validation.check_last_dim(u.shape, self.q.in_features, "u")
         h, d = self.num_heads, self.head_dim
         z = u if self.class_token_in_keys else u[:, 1:]  # what the class token may look at
         q = self.q(u[:, :1]).view(B, 1, h, d).transpose(1, 2)  # (B, h, 1, d)
@@ -82,7 +79,7 @@ class LayerScaleBlockClassAttn(nn.Module):
                  init_values: float = 1e-5, class_token_in_keys: bool = True, drop: float = 0.0,
                  attn_drop: float = 0.0, drop_path: float = 0.0):
         super().__init__()
-        validation.check_init_values(init_values)
+        validation.check_layer_args(init_values=init_values)  # the rest: ClassAttention, Mlp
         self.norm1 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
         self.attn = ClassAttention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
                                    proj_drop=drop, class_token_in_keys=class_token_in_keys)

@@ -26,11 +26,8 @@ def depthwise_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
 def tokens_to_image(x: torch.Tensor, size) -> torch.Tensor:
     """(B, 1 + H·W, C) tokens -> (B, C, H, W) view of the image tokens (channels-last strides,
     no copy); the class token is dropped."""
+    H, W = validation.check_token_grid(x.shape, size)
     B, N, C = x.shape
-    H, W = size
-    if N != 1 + H * W:
-        raise ValueError(f"tokens of shape {tuple(x.shape)} do not fit the grid size {(H, W)}: "
-                         f"expected 1 + {H}·{W} = {1 + H * W} tokens")
     return x[:, 1:].reshape(B, H, W, C).permute(0, 3, 1, 2)
 
 
@@ -40,6 +37,7 @@ class ConvPosEnc(nn.Module):
 
     def __init__(self, dim: int, k: int = 3):
         super().__init__()
+        validation.check_layer_args(dim=dim, kernel_size=k)
         self.proj = nn.Conv2d(dim, dim, k, 1, k // 2, groups=dim)
 
     def forward(self, x: torch.Tensor, size) -> torch.Tensor:
@@ -74,9 +72,9 @@ class ConvRelPosEnc(nn.Module):
         return torch.cat([conv(part) for conv, part in zip(self.conv_list, parts)], dim=1)
 
     def forward(self, q: torch.Tensor, v: torch.Tensor, size) -> torch.Tensor:
+        self._check(q, v, size)
         B, h, N, d = q.shape
         H, W = size
-        self._check(q, v, size)
         v_img = v[:, :, 1:].transpose(-1, -2).reshape(B, h * d, H, W)  # (B, h·d, H, W)
         conv_v = self.conv(v_img).reshape(B, h, d, H * W).transpose(-1, -2)  # (B, h, HW, d)
         return F.pad(q[:, :, 1:] * conv_v, (0, 0, 1, 0))  # zero row for the class token
@@ -84,10 +82,10 @@ class ConvRelPosEnc(nn.Module):
     def add_to(self, out: torch.Tensor, q: torch.Tensor, v: torch.Tensor, size) -> torch.Tensor:
         """``out[:, 1:] += Q_img ⊙ conv(V_img)`` in token layout, in place: the same EV as
         ``forward`` without building the zero row or a head-layout copy (the attention's fast
-        path).  out: (B, 1 + H·W, h·d) heads merged; q, v: (B, h, 1 + H·W, d)."""
+        path; the attention's ``forward`` has checked the shapes).  out: (B, 1 + H·W, h·d) heads merged;
+        q, v: (B, h, 1 + H·W, d)."""
         B, h, N, d = q.shape
         H, W = size
-        self._check(q, v, size)
         tokens = lambda t: t[:, :, 1:].transpose(1, 2).reshape(B, H * W, h * d)  # noqa: E731
         v_img = tokens(v).reshape(B, H, W, h * d).permute(0, 3, 1, 2)  # channels-last view
         conv_v = self.conv(v_img).permute(0, 2, 3, 1).reshape(B, H * W, h * d)

@@ -40,10 +40,8 @@ def bilinear_resize(x: torch.Tensor, size=None, scale_factor=None) -> torch.Tens
 def interpolate_tokens(x: torch.Tensor, size, scale_factor: float) -> torch.Tensor:
     """Feature interpolation on tokens: (B, 1 + H·W, C), grid (H, W) -> (B, 1 + H'·W', C), the
     image tokens resized bilinearly by ``scale_factor``, the class token carried as it is."""
+    H, W = validation.check_token_grid(x.shape, size)
     B, N, C = x.shape
-    H, W = validation.to_2tuple(size, "size")
-    if N != 1 + H * W:
-        raise ValueError(f"tokens of shape {tuple(x.shape)} do not fit the grid size {(H, W)}")
     img = x[:, 1:].transpose(1, 2).reshape(B, C, H, W)
     img = bilinear_resize(img, scale_factor=scale_factor)
     return torch.cat([x[:, :1], img.flatten(2).transpose(1, 2)], dim=1)
@@ -70,8 +68,7 @@ class ParallelBlock(nn.Module):
                  proj_drop: float = 0.0, drop_path: float = 0.0, shared_crpes=None,
                  mode: str = "interpolation"):
         super().__init__()
-        if mode not in PARALLEL_MODES:
-            raise ValueError(f"mode must be one of {PARALLEL_MODES}, got {mode!r}")
+        validation.check_choice(mode, "mode", PARALLEL_MODES)
         if not dims[1] == dims[2] == dims[3] or not mlp_ratios[1] == mlp_ratios[2] == mlp_ratios[3]:
             raise ValueError(f"a parallel block needs equal dims and mlp_ratios at scales 2-4, got "
                              f"dims={tuple(dims)}, mlp_ratios={tuple(mlp_ratios)}")

@@ -55,18 +55,18 @@ class FactorAttnConvRelPosEnc(RecordsAttention, nn.Module):
 
     (B, 1 + H·W, C), size (H, W) -> (B, 1 + H·W, C).  ``shared_crpe``: the scale's
     :class:`ConvRelPosEnc`, shared by all its blocks (a new one with ``crpe_window`` if None).
-    The pieces are public for the co-scale block: ``split_qkv`` -> ``attend`` -> ``project``.
+    The pieces are public for the co-scale block: ``split_qkv`` -> ``attend`` -> ``project``
+    (they trust their arguments; ``forward`` checks ``x`` against ``size``).
     """
 
     def __init__(self, dim: int, num_heads: int = 8, qkv_bias: bool = False,
                  proj_drop: float = 0.0, shared_crpe: ConvRelPosEnc | None = None,
                  crpe_window=None):
         super().__init__()
-        self.num_heads = num_heads
-        self.head_dim = validation.head_dim(dim, num_heads)
+        validation.check_layer_args(dim=dim, num_heads=num_heads, qkv_bias=qkv_bias,
+                                    proj_drop=proj_drop)
+        self.num_heads, self.head_dim = num_heads, dim // num_heads
         self.scale = self.head_dim ** -0.5
-        validation.check_bool(qkv_bias, "qkv_bias")  # 'False' is a truthy string
-        validation.check_probability(proj_drop, "proj_drop")
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
@@ -75,10 +75,7 @@ class FactorAttnConvRelPosEnc(RecordsAttention, nn.Module):
 
     def split_qkv(self, x: torch.Tensor):
         """(B, N, C) -> q, k, v, each (B, h, N, d) (views of one projection)."""
-        if x.ndim != 3:
-            raise ValueError(f"x must have shape (B, N, C), got shape {tuple(x.shape)}")
         B, N, C = x.shape
-        validation.check_last_dim(x.shape, self.qkv.in_features, "x")
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         return qkv.unbind(0)
 
@@ -101,5 +98,6 @@ class FactorAttnConvRelPosEnc(RecordsAttention, nn.Module):
         return self.proj_drop(self.proj(out))
 
     def forward(self, x: torch.Tensor, size) -> torch.Tensor:
+        validation.check_token_grid(x.shape, size, "x", self.qkv.in_features)
         q, k, v = self.split_qkv(x)
         return self.project(self.attend(q, k, v, size))

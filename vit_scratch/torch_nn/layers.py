@@ -20,9 +20,8 @@ class Mlp(nn.Module):
     def __init__(self, in_features: int, hidden_features: int, out_features: int | None = None,
                  drop: float = 0.0):
         super().__init__()
-        validation.check_positive(in_features, "in_features")
-        validation.check_positive(hidden_features, "hidden_features")
-        validation.check_probability(drop, "drop")
+        validation.check_layer_args(in_features=in_features, hidden_features=hidden_features,
+                                    out_features=out_features, drop=drop)
         self.fc1 = nn.Linear(in_features, hidden_features)
         self.act = nn.GELU()
         self.drop1 = nn.Dropout(drop)
@@ -39,7 +38,8 @@ class DropPath(nn.Module):
 
     def __init__(self, p: float = 0.0):
         super().__init__()
-        self.p = validation.check_probability(p, "drop_path")
+        validation.check_layer_args(drop_path=p)
+        self.p = float(p)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.p == 0.0 or not self.training:

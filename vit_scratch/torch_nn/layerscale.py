@@ -37,8 +37,7 @@ class LayerScale(nn.Module):
 
     def __init__(self, dim: int, init_values: float = 1e-5):
         super().__init__()
-        validation.check_positive(dim, "dim")
-        validation.check_init_values(init_values)
+        validation.check_layer_args(dim=dim, init_values=init_values)
         self.gamma = nn.Parameter(torch.full((dim,), float(init_values)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -115,7 +114,7 @@ class LayerScaleBlock(nn.Module):
                  init_values: float = 1e-5, talking_heads: bool = True, drop: float = 0.0,
                  attn_drop: float = 0.0, drop_path: float = 0.0):
         super().__init__()
-        validation.check_init_values(init_values)
+        validation.check_layer_args(init_values=init_values)  # the rest: the attention, Mlp
         attn_layer = TalkingHeadAttention if talking_heads else Attention
         self.norm1 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
         self.attn = attn_layer(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,

@@ -17,23 +17,28 @@ class PatchEmbed(nn.Module):
 
     (B, C, H, W) -> (B, N, E), N = (H/P)·(W/P).  Same as flatten + Linear on non-overlapping
     patches (``vit_scratch.numpy_nn.patch_embed.patch_embed``), but one fused kernel.
+
+    ``forward`` checks its images (a layer used on its own); a model checks its images once,
+    in ``prepare_images``, and calls :meth:`embed`.
     """
 
     def __init__(self, img_size=224, patch_size: int = 16, in_chans: int = 3,
                  embed_dim: int = 768):
         super().__init__()
+        validation.check_layer_args(img_size=img_size, patch_size=patch_size, in_chans=in_chans,
+                                    embed_dim=embed_dim)
         self.img_size = validation.to_2tuple(img_size, "img_size")
-        self.patch_size = validation.check_positive(patch_size, "patch_size")
-        self.in_chans = validation.check_positive(in_chans, "in_chans")
-        validation.check_positive(embed_dim, "embed_dim")
-        self.grid_size = validation.grid_size(self.img_size, patch_size)
+        self.patch_size, self.in_chans = patch_size, in_chans
+        self.grid_size = (self.img_size[0] // patch_size, self.img_size[1] // patch_size)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size, stride=patch_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        validation.check_image_dtype(x.dtype)  # floats only (vit_scratch.validation' policy) ...
-        validation.check_images(x.shape, self.in_chans, self.img_size, self.patch_size)
-        x = x.to(self.proj.weight.dtype)  # ... cast to the layer's dtype
+        validation.check_images(x.shape, self.in_chans, self.img_size, dtype=x.dtype)
+        return self.embed(x.to(self.proj.weight.dtype))  # floats cast to the layer's dtype
+
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """The embedding of images already checked: (B, C, H, W) -> (B, N, E)."""
         return self.proj(x).flatten(2).transpose(1, 2)  # (B, E, gh, gw) -> (B, N, E)
 
 

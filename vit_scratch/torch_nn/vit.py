@@ -91,7 +91,7 @@ class VisionTransformer(ModelBase):
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, 1 + N, C): patches, class token in front, positions added."""
-        x = self.patch_embed(self.prepare_images(images))  # (B, N, C)
+        x = self.patch_embed.embed(self.prepare_images(images))  # (B, N, C), checked once
         cls = self.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, C)
         return self.pos_drop(torch.cat([cls, x], dim=1) + self.pos_embed)
 
