@@ -553,3 +553,218 @@ def test_resize_pos_embed_arguments():
     nearest = vit_scratch.resize_pos_embed(pe, (8, 8), mode="nearest")  # antialias: n/a, not an error
     grid = pe[0, 1:].reshape(4, 4, 8)
     assert torch.equal(nearest[0, 1:].reshape(8, 8, 8)[::2, ::2], grid)
+
+
+# --- checkpoints that would load wrong -----------------------------------------------------------
+
+def _digits(name, seed=0):
+    return vit_scratch.randomize_weights_(vit_scratch.create_model(name), seed=seed).eval()
+
+
+@pytest.mark.parametrize("name,key", [("cait_digits", "blocks.1.gamma_2"),
+                                      ("coat_digits", "cls_token4"), ("vit_digits", "pos_embed")])
+def test_nan_parameters_are_refused_in_both_rooms(tmp_path, name, key):
+    sd = {k: v.clone() for k, v in _digits(name).state_dict().items()}
+    sd[key].view(-1)[1] = float("nan")
+    save_checkpoint(sd, tmp_path / "nan.safetensors")
+    message = f"keys with non-finite or implausible values (1): {key}: NaN"
+    with pytest.raises(CheckpointError, match=re.escape(message)):
+        load_checkpoint(vit_scratch.create_model(name), tmp_path / "nan.safetensors")
+    target = vit_scratch.create_model(name)
+    before = dict(target.named_parameters())[key].detach().clone()
+    with pytest.warns(UserWarning, match=re.escape(message)):
+        load_checkpoint(target, tmp_path / "nan.safetensors", strict=False)  # skipped, not loaded
+    assert torch.equal(dict(target.named_parameters())[key], before)
+    with pytest.raises(ValueError, match=re.escape(f"params for {name} holds values no model can "
+                                                   f"use:\n  {message}")):
+        vit_scratch.create_numpy_model(name, vit_scratch.state_dict_to_numpy(sd))
+
+
+def test_overwritten_bytes_are_refused(tmp_path):
+    """Bytes overwritten inside a tensor read as floats far beyond any weight (or NaN)."""
+    path = tmp_path / "ok.safetensors"
+    save_checkpoint(_digits("cait_digits"), path)
+    data = bytearray(path.read_bytes())
+    header = int.from_bytes(data[:8], "little")
+    import json
+
+    start, _ = json.loads(data[8:8 + header])["pos_embed"]["data_offsets"]
+    at = 8 + header + start + 64
+    data[at:at + 16] = b"\xff\xff\x7f\x7f" * 4  # float32 3.4e38 (little-endian), four times
+    (tmp_path / "hit.safetensors").write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=re.escape(
+            "keys with non-finite or implausible values (1): pos_embed: |value| up to 3.4e+38")):
+        load_checkpoint(vit_scratch.create_model("cait_digits"), tmp_path / "hit.safetensors")
+
+
+def test_shared_tensor_with_different_values_is_refused_in_both_rooms(tmp_path):
+    sd = {k: v.clone() for k, v in _digits("coat_lite_digits").state_dict().items()}
+    sd["serial_blocks2.0.cpe.proj.weight"] += 1.0  # an alias of cpe2.proj.weight
+    torch.save(sd, tmp_path / "alias.pth")
+    with pytest.raises(CheckpointError, match=re.escape(
+            "serial_blocks2.0.cpe.proj.weight and cpe2.proj.weight name one shared tensor of CoaT "
+            "but hold different values")):
+        load_checkpoint(vit_scratch.create_model("coat_lite_digits"), tmp_path / "alias.pth")
+    with pytest.raises(ValueError, match=re.escape(
+            "serial_blocks2.0.cpe.proj.weight and cpe2.proj.weight name one shared tensor but "
+            "hold different values")):
+        vit_scratch.create_numpy_model("coat_lite_digits", vit_scratch.state_dict_to_numpy(sd))
+
+
+@pytest.mark.parametrize("source,target", [("cait_digits", "coat_digits"),
+                                           ("coat_lite_digits", "cait_digits"),
+                                           ("vit_digits", "cait_digits"),
+                                           ("cait_digits", "vit_digits")])
+def test_another_familys_checkpoint_is_named(tmp_path, source, target):
+    from vit_scratch.models import family_name, lookup
+
+    path = tmp_path / f"{source}.safetensors"
+    save_checkpoint(_digits(source), path)
+    message = (f"the keys and shapes are those of a {family_name(lookup(source)[0])} ({source}), "
+               f"but the model is a {family_name(lookup(target)[0])}; build "
+               f"vit_scratch.create_model('{source}') for these weights")
+    with pytest.raises(CheckpointError, match=re.escape(message)):
+        load_checkpoint(vit_scratch.create_model(target), path)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        vit_scratch.create_numpy_model(target, vit_scratch.state_dict_to_numpy(
+            vit_scratch.read_state_dict(path)))
+    from vit_scratch.train import init_from  # the trainer's --init goes through the same check
+
+    with pytest.raises(CheckpointError, match=re.escape(message)):
+        init_from(vit_scratch.create_model(target), path)
+
+
+def test_damaged_grid_metadata(tmp_path):
+    from safetensors.torch import save_file
+
+    sd = {k: v.contiguous() for k, v in _digits("vit_digits").state_dict().items()}
+    save_file(sd, str(tmp_path / "text.safetensors"), metadata={"pos_embed_grid": "four,4"})
+    with pytest.raises(CheckpointError, match=re.escape(
+            "records pos_embed_grid='four,4' in its metadata, which is not 'rows,cols' (two "
+            "positive ints): damaged metadata")):
+        load_checkpoint(vit_scratch.create_model("vit_digits"), tmp_path / "text.safetensors")
+    save_file(sd, str(tmp_path / "count.safetensors"), metadata={"pos_embed_grid": "3,3"})
+    with pytest.raises(CheckpointError, match=re.escape(
+            "records pos_embed_grid=(3, 3) in its metadata, which does not fit its own pos_embed: "
+            "damaged metadata?")):
+        load_checkpoint(vit_scratch.create_model("vit_digits"), tmp_path / "count.safetensors")
+
+
+def test_a_transposed_grid_is_refused_where_the_file_records_its_grid(tmp_path):
+    """From the tensor alone, 3×4 and 4×3 are the same 12 positions: resize_pos_embed resamples
+    either reading without complaint (documented).  A file saved by save_checkpoint records
+    its grid, so there a contradicting pos_embed_grid is refused and none is needed."""
+    pe = torch.randn(1, 1 + 12, 8, generator=torch.Generator().manual_seed(0))
+    assert not torch.equal(resize_pos_embed_(pe, (6, 8), (3, 4)), resize_pos_embed_(pe, (6, 8), (4, 3)))
+    wide = vit_scratch.create_model("vit_digits", img_size=(18, 24))  # a 3×4 grid
+    save_checkpoint(wide, tmp_path / "wide.safetensors")
+    with pytest.raises(CheckpointError, match=re.escape(
+            "pos_embed_grid=(4, 3) contradicts the grid (3, 4) that checkpoint")):
+        load_checkpoint(vit_scratch.create_model("vit_digits"), tmp_path / "wide.safetensors",
+                        pos_embed_grid=(4, 3))
+    loaded = load_checkpoint(vit_scratch.create_model("vit_digits"), tmp_path / "wide.safetensors")
+    expected = resize_pos_embed_(wide.pos_embed.detach(), (4, 4), (3, 4))
+    assert torch.equal(loaded.pos_embed.detach(), expected)
+
+
+def resize_pos_embed_(pe, new, old):
+    return vit_scratch.resize_pos_embed(pe, new, old_grid=old)
+
+
+def test_pickle_payloads_are_reported_as_unsafe_not_damaged(tmp_path):
+    import os
+    import pickle
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, ("echo this would have run",))
+
+    for name, protocol in (("p0.pth", 0), ("p2.pth", 2), ("p4.pkl", 4)):
+        with open(tmp_path / name, "wb") as f:
+            pickle.dump({"model": Payload()}, f, protocol=protocol)
+        with pytest.raises(UnsafeCheckpointError) as info:
+            vit_scratch.read_state_dict(tmp_path / name)
+        message = str(info.value)
+        assert "never" in message and ("system" in message or "safe unpickler" in message), message
+        assert "damaged" not in message and "truncated" not in message
+        assert "weights_only` set to `False" not in message and "weights_only=False" not in message
+
+
+def test_saving_into_a_missing_folder_names_the_folder(tmp_path):
+    model = _digits("vit_digits")
+    for name in ("x.safetensors", "x.pth"):
+        with pytest.raises(FileNotFoundError, match=re.escape(
+                f"the folder '{tmp_path / 'runs'}' does not exist")):
+            save_checkpoint(model, tmp_path / "runs" / name)
+
+
+# --- empty batches, and the NumPy functions on their own -----------------------------------------
+
+@pytest.mark.parametrize("name", FAMILY_NAMES + ["coat_digits"])
+def test_an_empty_batch_gives_empty_logits_in_both_rooms(name):
+    model, np_model = small_pair(name)
+    c, h, w = model.pretrained_cfg["input_size"]
+    with torch.no_grad():
+        assert model(torch.zeros(0, c, h, w)).shape == (0, model.num_classes)
+    assert np_model(np.zeros((0, c, h, w), np.float32)).shape == (0, model.num_classes)
+
+
+def test_numpy_attention_with_an_empty_batch():
+    x = np.zeros((0, 5, 12), np.float32)
+    w, b = np.ones((12, 12), np.float32), np.ones(12, np.float32)
+    out, attn = np_attn.multi_head_attention(x, np.ones((36, 12), np.float32), None, w, b, 3,
+                                             return_attention=True)
+    assert out.shape == (0, 5, 12) and attn.shape == (0, 3, 5, 5)
+    from vit_scratch.numpy_nn import class_attention as np_ca
+
+    assert np_ca.class_attention(x, w, None, w, None, w, None, w, b, 3).shape == (0, 1, 12)
+
+
+def test_softmax_of_an_empty_axis_and_into_an_integer_array():
+    assert np_layers.softmax(np.zeros((2, 0))).shape == (2, 0)
+    assert torch.zeros(2, 0).softmax(-1).shape == (2, 0)  # the same as PyTorch
+    with pytest.raises(ValueError, match=re.escape(
+            "softmax: out must be a floating-point array (the weights are fractions), got dtype "
+            "int64")):
+        np_layers.softmax(np.zeros((2, 3)), out=np.zeros((2, 3), np.int64))
+
+
+def test_linear_with_integer_arrays_computes_in_float64():
+    x, w, b = np.arange(8).reshape(2, 4), np.arange(12).reshape(3, 4), np.array([0.5, 1.0, 2.0])
+    y = np_layers.linear(x, w, b)
+    assert y.dtype == np.float64
+    np.testing.assert_array_equal(y, x.astype(float) @ w.T.astype(float) + b)
+    assert np_layers.linear(x > 3, w > 5).dtype == np.float64
+
+
+def test_even_kernel_is_refused_when_the_layer_is_built():
+    from vit_scratch.torch_nn.conv_position_encoding import ConvPosEnc
+
+    with pytest.raises(ValueError, match=re.escape("kernel_size must be odd (a centred window "
+                                                   "with 'same' padding k // 2), got 4")):
+        ConvPosEnc(8, 4)
+    assert ConvPosEnc(8, 5).proj.weight.shape == (8, 1, 5, 5)
+
+
+# --- figures for the wrong model or the wrong image ----------------------------------------------
+
+def test_plot_helpers_name_what_does_not_fit():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from vit_scratch import plotting
+
+    with pytest.raises(ValueError, match=re.escape(
+            "a 16×16 map of 16×16 patches covers 256×256 pixels, but the image is 64×64")):
+        plotting.plot_attention_overlay(np.zeros((3, 64, 64)), np.zeros((16, 16)), 16)
+    for name in ("vit_digits", "cait_digits"):
+        model = vit_scratch.create_model(name).eval()
+        with pytest.raises(ValueError, match=re.escape(
+                f"factorized_attention_view draws factorized attention (a softmax of the keys over "
+                f"the tokens); {type(model).__name__}'s attention maps are softmax weights")):
+            plotting.factorized_attention_view(model, np.zeros((1, 1, 24, 24), np.float32))
+    coat = vit_scratch.create_model("coat_lite_digits").eval()
+    grids = plotting.attention_grids(coat, np.zeros((1, 1, 8, 8), np.float32))
+    with pytest.raises(ValueError, match=re.escape(
+            "these layers lie on different grids (8×8, 4×4, 2×2, 1×1)")):
+        plotting.plot_layer_head_maps(np.zeros((1, 8, 8)), [g[0] for g in grids])

@@ -13,6 +13,8 @@ builds without it.
 from __future__ import annotations
 
 import fnmatch
+import functools
+import re
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable
@@ -121,6 +123,74 @@ def create_numpy_model(name: str, params: dict, **kwargs):
     """
     family, spec = lookup(name)
     cfg = spec.config(**kwargs)
+    if hasattr(params, "keys") and hasattr(params, "get"):  # a dict: another family's params?
+        shapes = {k: getattr(v, "shape", ()) for k, v in params.items()}
+        message = other_family_message(shapes, family, f"params for {name}")
+        if message:
+            raise ValueError(message)
     model = family.numpy_class()(cfg, params, name=name)
     model.pretrained_cfg = spec.pretrained_cfg_for(cfg)
     return model
+
+
+# --- which family a state_dict belongs to -------------------------------------------------------
+
+
+def _pattern(key: str) -> str:
+    """``blocks.3.attn.qkv.weight`` -> ``blocks.#.attn.qkv.weight``: a key without its indices."""
+    return re.sub(r"\.\d+(?=\.)", ".#", key)
+
+
+@functools.lru_cache(maxsize=None)
+def _family_keys(spec) -> tuple[frozenset, dict]:
+    """A family's key patterns (over all its registered names) and each name's {key: shape}."""
+    tables = {name: spec.MODELS.param_shapes(entry.config()) for name, entry in spec.MODELS.items()}
+    return frozenset(_pattern(k) for table in tables.values() for k in table), tables
+
+
+def identify_family(shapes: dict) -> tuple[Family, str | None] | None:
+    """Which family a state_dict is, from its keys: ``(family, name)`` where ``name`` is the
+    registered name whose ``{key: shape}`` table holds every key with its shape (None if no
+    name does), or None when no family's keys fit.
+
+    The keys are compared without their block indices (``blocks.#.gamma_1``), as sets: the
+    family whose set overlaps most (intersection over union, at least one half) wins."""
+    patterns = {_pattern(k) for k in shapes}
+    best, best_overlap = None, 0.5
+    for family in FAMILIES:
+        known, _ = _family_keys(family.spec)
+        overlap = len(patterns & known) / max(len(patterns | known), 1)
+        if overlap >= best_overlap:
+            best, best_overlap = family, overlap
+    if best is None:
+        return None
+    _, tables = _family_keys(best.spec)
+    fits = [name for name, table in tables.items()
+            if all(k in table and tuple(table[k]) == tuple(s) for k, s in shapes.items())]
+    return best, (min(fits, key=lambda n: len(tables[n]) - len(shapes)) if fits else None)
+
+
+def family_name(family: Family) -> str:
+    """A family's name in messages: its model class's name (the same in both rooms)."""
+    return family.numpy_class().__name__
+
+
+def other_family_message(shapes: dict, family: Family, what: str) -> str | None:
+    """A message when ``shapes`` (a state_dict's ``{key: shape}``) is another family's than
+    ``family``'s ("... are those of a Cait (cait_digits), but the model is a CoaT"), else None."""
+    found = identify_family(shapes)
+    if found is None or found[0] is family:
+        return None
+    other, name = found
+    which = f" ({name})" if name else ""
+    build = f"vit_scratch.create_model({name!r})" if name else "a model of that family"
+    return (f"{what}: the keys and shapes are those of a {family_name(other)}{which}, but the "
+            f"model is a {family_name(family)}; build {build} for these weights")
+
+
+def family_of(model_class: type) -> Family | None:
+    """The family whose PyTorch or NumPy class ``model_class`` is (None for any other class)."""
+    for family in FAMILIES:
+        if model_class in (family.torch_class(), family.numpy_class()):
+            return family
+    return None

@@ -16,6 +16,7 @@ Images are drawn as given: pass them in [0, 1] (``unnormalize`` undoes a model's
 """
 from __future__ import annotations
 
+import inspect
 from contextlib import nullcontext
 
 import numpy as np
@@ -105,10 +106,24 @@ def plot_attention_overlay(img: np.ndarray, attn_map: np.ndarray, patch_size: in
     """An attention map over the patch grid (gh, gw), drawn over the image it came from.
     The colours stretch to the map's range unless ``vmin``/``vmax`` fix them (e.g. 0 and 1
     to compare maps on one scale)."""
+    attn_map = np.asarray(attn_map, dtype=np.float32)
+    _check_map_fits(attn_map, np.shape(img), patch_size)
     ax = show_image(img, ax, title)
-    ax.imshow(upsample_map(np.asarray(attn_map, dtype=np.float32), patch_size), cmap=cmap,
-              alpha=alpha, vmin=vmin, vmax=vmax)
+    ax.imshow(upsample_map(attn_map, patch_size), cmap=cmap, alpha=alpha, vmin=vmin, vmax=vmax)
     return ax
+
+
+def _check_map_fits(attn_map: np.ndarray, img_shape, patch_size: int) -> None:
+    """A (gh, gw) map of patch_size² patches must cover a (C, H, W) image exactly."""
+    if attn_map.ndim != 2 or len(img_shape) != 3:
+        raise ValueError(f"expected a (gh, gw) map over a (C, H, W) image, got a map of shape "
+                         f"{attn_map.shape} and an image of shape {tuple(img_shape)}")
+    covered = (attn_map.shape[0] * patch_size, attn_map.shape[1] * patch_size)
+    if covered != tuple(img_shape[1:]):
+        raise ValueError(
+            f"a {attn_map.shape[0]}×{attn_map.shape[1]} map of {patch_size}×{patch_size} patches "
+            f"covers {covered[0]}×{covered[1]} pixels, but the image is {img_shape[1]}×"
+            f"{img_shape[2]}: pass the image the map was computed from (or its patch_size)")
 
 
 def upsample_to(attn_map: np.ndarray, size) -> np.ndarray:
@@ -246,6 +261,11 @@ def factorized_attention_view(model, images) -> list[np.ndarray]:
     its scale's token grid (from ``model.get_attention_maps(images, view="keys")``; the class
     token's own entry is left out, so each map sums to a little less than 1).  Averaged over the
     d channels it is ``model.get_attention_grids(images, view="keys")``."""
+    if "view" not in inspect.signature(model.get_attention_maps).parameters:
+        raise ValueError(
+            f"factorized_attention_view draws factorized attention (a softmax of the keys over "
+            f"the tokens); {type(model).__name__}'s attention maps are softmax weights over the "
+            f"tokens: draw them with attention_grids (or attention_rollout_grid)")
     x = _as_input(model, images)
     with _no_grad(model):
         keys = [to_numpy(k) for k in model.get_attention_maps(x, view="keys")]  # (B, h, N, d)
@@ -287,7 +307,14 @@ def plot_layer_head_maps(img: np.ndarray, maps: np.ndarray, boxes=None, title: s
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
+    if isinstance(maps, (list, tuple)) and len({np.shape(m) for m in maps}) > 1:
+        grids = ", ".join(f"{np.shape(m)[-2]}×{np.shape(m)[-1]}" for m in maps)
+        raise ValueError(f"maps must be one (layers, heads, gh, gw) array on one grid; these "
+                         f"layers lie on different grids ({grids}), the scales of a multi-scale "
+                         f"model: draw each grid with its own call")
     maps = np.asarray(maps)
+    if maps.ndim != 4:
+        raise ValueError(f"maps must have shape (layers, heads, gh, gw), got shape {maps.shape}")
     layers, heads = maps.shape[:2]
     fig, axes = plt.subplots(layers, heads + 1, figsize=(size * (heads + 1), size * layers),
                              squeeze=False)

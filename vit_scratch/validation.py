@@ -484,6 +484,9 @@ def check_class_token(cls_shape: Sequence[int], tokens_shape: Sequence[int]) -> 
 
 #: The dtypes the NumPy room computes in (float16/bfloat16 checkpoints: state_dict_to_numpy).
 PARAM_FLOAT_DTYPES = ("float32", "float64")
+#: Larger parameter magnitudes are refused: no trained weight of these models comes near it,
+#: while bytes overwritten in a file read as floats up to ±3e38 (or NaN), and give NaN logits.
+MAX_ABS_PARAM = 1e6
 
 
 def check_param_dtypes(dtypes: dict[str, str], what: str) -> str:
@@ -515,6 +518,28 @@ def check_param_dtypes(dtypes: dict[str, str], what: str) -> str:
     return kinds[0] if kinds else "float32"
 
 
+def bad_param_values(max_abs: dict[str, float]) -> dict[str, str]:
+    """``max_abs`` maps each key to the largest ``|value|`` of its array (NaN if it holds a NaN)
+    -> ``{key: what is wrong}`` for the keys that hold NaN, infinities or values beyond
+    ``MAX_ABS_PARAM`` (damaged bytes, or a diverged training run)."""
+    bad = {}
+    for key, m in max_abs.items():
+        if m != m:
+            bad[key] = "NaN"
+        elif m == math.inf:
+            bad[key] = "inf"
+        elif m > MAX_ABS_PARAM:
+            bad[key] = f"|value| up to {m:.3g}"
+    return bad
+
+
+def check_param_values(max_abs: dict[str, float], what: str) -> None:
+    """A ``ValueError`` naming every key of :func:`bad_param_values`."""
+    bad = bad_param_values(max_abs)
+    if bad:
+        raise ValueError(mismatch_message(what, [], [], {}, bad_values=bad))
+
+
 def param_mismatch(params: dict, expected: dict[str, tuple[int, ...]]):
     """``(missing, unexpected, misshaped)`` between a parameter dict and ``{key: shape}``;
     misshaped maps each key to ``(got, expected)``."""
@@ -538,16 +563,18 @@ def check_params(
 
 
 def mismatch_message(what: str, missing, unexpected, misshaped: dict,
-                     mistyped: dict | None = None) -> str:
+                     mistyped: dict | None = None, bad_values: dict | None = None) -> str:
     """One readable message for missing, unexpected, mis-shaped and mis-typed keys
-    (``mistyped`` maps each key to ``(got dtype, expected)``)."""
+    (``mistyped`` maps each key to ``(got dtype, expected)``) and keys with values no model
+    can use (``bad_values``: :func:`bad_param_values`)."""
 
     def short(keys, limit=12):
         keys = list(keys)
         shown = ", ".join(keys[:limit])
         return shown + (f", ... ({len(keys) - limit} more)" if len(keys) > limit else "")
 
-    lines = [f"{what} does not match:"]
+    structural = missing or unexpected or misshaped or mistyped
+    lines = [f"{what} does not match:" if structural else f"{what} holds values no model can use:"]
     if missing:
         lines.append(f"  missing keys ({len(missing)}): {short(missing)}")
     if unexpected:
@@ -558,6 +585,11 @@ def mismatch_message(what: str, missing, unexpected, misshaped: dict,
     if mistyped:
         items = [f"{k}: got {g}, expected {e}" for k, (g, e) in mistyped.items()]
         lines.append(f"  mis-typed keys ({len(items)}): {short(items)}")
+    if bad_values:
+        items = [f"{k}: {v}" for k, v in bad_values.items()]
+        lines.append(f"  keys with non-finite or implausible values ({len(items)}): "
+                     f"{short(items)} (expected finite values within ±{MAX_ABS_PARAM:g}: a "
+                     f"damaged file, or weights from a run that diverged?)")
     return "\n".join(lines)
 
 

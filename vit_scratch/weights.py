@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pickletools
 import re
 import warnings
 import zipfile
@@ -31,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import validation
+from . import models, validation
 from .validation import CheckpointError, UnsafeCheckpointError
 
 SAFETENSORS_SUFFIXES = {".safetensors"}
@@ -89,6 +90,13 @@ def checkpoint_format(path) -> str:
                                   f"{size})")
     if head[:1] == b"\x80":  # a pickle protocol opcode: torch.save's legacy format
         return "torch"
+    if size <= PICKLE_SNIFF_BYTES and _is_plain_pickle(path):  # protocol 0 or 1: not torch.save's
+        found = _pickle_globals(path)
+        what = f" (it would import {found[0]})" if found else ""
+        raise UnsafeCheckpointError(
+            f"checkpoint file {where} is a pickle of Python objects{what}, not a PyTorch "
+            f"checkpoint; vit_scratch never unpickles such files (that would run code chosen by "
+            f"whoever made the file)")
     if head.startswith(b"version https://git-lfs"):
         raise CheckpointError(f"checkpoint file {where} is a Git LFS pointer, not the weights: "
                               f"fetch them with `git lfs pull`")
@@ -99,6 +107,31 @@ def checkpoint_format(path) -> str:
                           f"file, nor a NumPy .npz (it starts with {head[:16]!r})")
 
 
+#: Files up to this size that start like no known format are read as a possible pickle.
+PICKLE_SNIFF_BYTES = 1 << 24
+
+
+def _is_plain_pickle(path: Path) -> bool:
+    """Whether the file parses, opcode by opcode, as one whole pickle (``pickletools`` reads the
+    opcodes without running any of them)."""
+    try:
+        with open(path, "rb") as f:
+            ops = list(pickletools.genops(f))
+        return bool(ops) and ops[-1][0].name == "STOP"
+    except Exception:  # noqa: BLE001 -- not a pickle
+        return False
+
+
+def _pickle_globals(path: Path) -> list[str]:
+    """The ``module.name`` globals a pickle would import, in order (read, never run)."""
+    found = []
+    with open(path, "rb") as f:
+        for op, arg, _ in pickletools.genops(f):
+            if op.name in ("GLOBAL", "INST"):
+                found.append(str(arg).replace(" ", "."))
+    return found
+
+
 def _torch_load(path: Path):
     """``torch.load(weights_only=True)``, with its errors told plainly (and without its advice
     to retry with ``weights_only=False``, which would run whatever code the file holds)."""
@@ -107,22 +140,30 @@ def _torch_load(path: Path):
         # argparse.Namespace (the "args" of DeiT-style training checkpoints) only sets
         # attributes when unpickled, so it is allowed next to tensors and containers.
         # An open file, not the path: torch.load picks a reader by the suffix of a path.
-        with torch.serialization.safe_globals([argparse.Namespace]), open(path, "rb") as f:
+        with torch.serialization.safe_globals([argparse.Namespace]), open(path, "rb") as f, \
+                warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")  # said below
             return torch.load(f, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 -- re-raised with a plain message
         text = str(err)
-        if "Weights only load failed" in text and "GLOBAL" in text:
+        if "Weights only load failed" in text:  # the pickle itself, not the file's length
             found = re.findall(r"GLOBAL ([\w.]+)", text)
-            what = f" (the first of them: {found[0]})" if found else ""
+            if found:
+                what = (f"Python objects besides tensors and plain containers (the first of "
+                        f"them: {found[0]})")
+            else:
+                detail = re.search(r"WeightsUnpickler error: \s*(.+)", text)
+                what = (f"a pickle that the safe unpickler cannot read "
+                        f"({detail.group(1).strip() if detail else 'unsupported'}: written with "
+                        f"pickle.dump rather than torch.save, or holding more than tensors)")
             raise UnsafeCheckpointError(
-                f"checkpoint file {where} holds Python objects besides tensors and plain "
-                f"containers{what}; vit_scratch reads PyTorch files with weights_only=True and "
-                f"never runs code from a file.  Where the model lives, save just its weights: "
-                f"vit_scratch.save_checkpoint(model, 'weights.safetensors')"
+                f"checkpoint file {where} holds {what}; vit_scratch reads PyTorch files with "
+                f"weights_only=True and never runs code from a file.  Where the model lives, save "
+                f"just its weights: vit_scratch.save_checkpoint(model, 'weights.safetensors')"
             ) from None
+        first = text.strip().splitlines()[0][:200] if text.strip() else "no detail"
         raise CheckpointError(f"checkpoint file {where} is a damaged or truncated PyTorch file "
-                              f"({type(err).__name__}: {text.splitlines()[0][:200] if text else ''})"
-                              ) from None
+                              f"({type(err).__name__}: {first})") from None
 
 
 def read_metadata(path) -> dict[str, str]:
@@ -229,6 +270,27 @@ def _mistyped(state_dict: dict, own: dict) -> dict:
     return out
 
 
+def recorded_grid(path) -> tuple[int, int] | None:
+    """The patch grid ``save_checkpoint`` recorded in a safetensors file's metadata (None if the
+    file records none); damaged metadata is a ``CheckpointError`` saying so."""
+    recorded = read_metadata(path).get(GRID_METADATA_KEY)
+    if recorded is None:
+        return None
+    parts = recorded.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise CheckpointError(
+            f"checkpoint file {_describe_path(Path(path))} records {GRID_METADATA_KEY}="
+            f"{recorded!r} in its metadata, which is not 'rows,cols' (two positive ints): damaged "
+            f"metadata; pass pos_embed_grid=(rows, cols) to say the grid it was trained on")
+    return int(parts[0]), int(parts[1])
+
+
+def _max_abs(state_dict: dict) -> dict[str, float]:
+    """{key: largest |value|} of the floating-point tensors (NaN if a tensor holds a NaN)."""
+    return {k: float(v.detach().abs().amax()) for k, v in state_dict.items()
+            if v.is_floating_point() and v.numel()}
+
+
 def load_checkpoint(model: nn.Module, path, strict: bool = True,
                     pos_embed_grid=None) -> nn.Module:
     """Load the checkpoint at ``path`` into ``model`` and return the model.
@@ -237,7 +299,14 @@ def load_checkpoint(model: nn.Module, path, strict: bool = True,
     (e.g. fine-tuning an ImageNet checkpoint with a new ``num_classes``: everything but the head).
     ``pos_embed_grid=(rows, cols)`` is the patch grid the checkpoint's position embedding was
     trained on, needed only for a non-square grid from a file that does not record it (files
-    written by ``save_checkpoint`` do).  A ``torch.compile``d or DDP-wrapped model loads too.
+    written by ``save_checkpoint`` do, and a grid given that contradicts the record is refused:
+    (14, 10) and (10, 14) hold the same number of positions, so only the record tells them
+    apart).  A ``torch.compile``d or DDP-wrapped model loads too.
+
+    Refused with a ``CheckpointError`` that names the keys: another family's checkpoint ("holds
+    a Cait ..., but the model is a CoaT"), missing, unexpected, mis-shaped or mis-typed keys,
+    NaN, infinite or implausibly large values (``validation.MAX_ABS_PARAM``), and aliases of
+    one shared tensor that hold different values.
     """
     if not isinstance(model, nn.Module):
         raise ValueError(
@@ -249,15 +318,36 @@ def load_checkpoint(model: nn.Module, path, strict: bool = True,
         pos_embed_grid = validation.to_2tuple(pos_embed_grid, "pos_embed_grid")
     target = unwrap_model(model)
     state_dict = read_state_dict(path)
-    if pos_embed_grid is None:
-        recorded = read_metadata(path).get(GRID_METADATA_KEY)
-        if recorded:
-            pos_embed_grid = tuple(int(n) for n in recorded.split(","))
+    what = f"checkpoint {str(path)!r}"
+    family = models.family_of(type(target))
+    if family is not None:  # one of ours: is the file another family's?
+        message = models.other_family_message(
+            {k: tuple(v.shape) for k, v in state_dict.items()}, family, what)
+        if message:
+            raise CheckpointError(message)
+    recorded = recorded_grid(path)
+    if recorded is not None and pos_embed_grid is not None and recorded != pos_embed_grid:
+        raise CheckpointError(
+            f"pos_embed_grid={pos_embed_grid} contradicts the grid {recorded} that {what} "
+            f"records in its metadata (its position embedding was trained on {recorded[0]} rows "
+            f"and {recorded[1]} columns of patches); leave pos_embed_grid out for such a file")
+    grid = pos_embed_grid or recorded
     if hasattr(target, "adapt_state_dict"):
-        state_dict = (target.adapt_state_dict(state_dict) if pos_embed_grid is None else
-                      target.adapt_state_dict(state_dict, pos_embed_grid=pos_embed_grid))
-    for group in shared_keys(target):
+        try:
+            state_dict = target.adapt_state_dict(state_dict, pos_embed_grid=grid)
+        except CheckpointError as error:
+            if pos_embed_grid is None and recorded is not None:  # the grid came from the file
+                raise CheckpointError(
+                    f"{what} records {GRID_METADATA_KEY}={recorded} in its metadata, which does "
+                    f"not fit its own pos_embed: damaged metadata? Pass pos_embed_grid=(rows, "
+                    f"cols) to say the grid it was trained on ({error})") from None
+            raise
+    for group in shared_keys(target):  # files store a shared tensor once: fill in its aliases
         present = [k for k in group if k in state_dict]
+        for k in present[1:]:
+            if not torch.equal(state_dict[k], state_dict[present[0]]):
+                raise CheckpointError(f"{what}: {k} and {present[0]} name one shared tensor of "
+                                      f"{type(target).__name__} but hold different values")
         for k in group:
             if present and k not in state_dict:
                 state_dict[k] = state_dict[present[0]]
@@ -265,14 +355,15 @@ def load_checkpoint(model: nn.Module, path, strict: bool = True,
     expected = {k: tuple(v.shape) for k, v in own.items()}
     missing, unexpected, misshaped = validation.param_mismatch(state_dict, expected)
     mistyped = _mistyped(state_dict, own)
-    if missing or unexpected or misshaped or mistyped:
-        message = validation.mismatch_message(f"checkpoint {str(path)!r} for {type(target).__name__}",
-                                          missing, unexpected, misshaped, mistyped)
+    bad_values = validation.bad_param_values(_max_abs(state_dict))
+    if missing or unexpected or misshaped or mistyped or bad_values:
+        message = validation.mismatch_message(f"{what} for {type(target).__name__}", missing,
+                                              unexpected, misshaped, mistyped, bad_values)
         if strict:
             raise CheckpointError(message)
         warnings.warn(message + "\n(loaded the rest: strict=False)", stacklevel=2)
-        state_dict = {k: v for k, v in state_dict.items()
-                      if k in expected and k not in misshaped and k not in mistyped}
+        state_dict = {k: v for k, v in state_dict.items() if k in expected and k not in misshaped
+                      and k not in mistyped and k not in bad_values}
     target.load_state_dict(state_dict, strict=strict)
     return model
 
@@ -308,16 +399,20 @@ def save_checkpoint(model_or_state_dict, path) -> None:
         raise ValueError(f"path must be a str or a path, got {type(path).__name__}")
     path = Path(path)
     suffix = path.suffix.lower()
+    if suffix not in SAFETENSORS_SUFFIXES | TORCH_SUFFIXES:
+        raise ValueError(f"checkpoint path {str(path)!r} must end in .safetensors or .pth")
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"cannot save checkpoint {str(path)!r}: the folder "
+                                f"{str(path.parent)!r} does not exist (create it first: "
+                                f"Path({str(path.parent)!r}).mkdir(parents=True))")
     if suffix in SAFETENSORS_SUFFIXES:
         from safetensors.torch import save_file
 
         grid = getattr(getattr(model, "patch_embed", None), "grid_size", None)
         metadata = {GRID_METADATA_KEY: f"{grid[0]},{grid[1]}"} if grid else None
         save_file(unique, str(path), metadata=metadata)
-    elif suffix in TORCH_SUFFIXES:
-        torch.save(unique, path)
     else:
-        raise ValueError(f"checkpoint path {str(path)!r} must end in .safetensors or .pth")
+        torch.save(unique, path)
 
 
 def state_dict_to_numpy(state_dict: dict, dtype=None) -> dict[str, np.ndarray]:

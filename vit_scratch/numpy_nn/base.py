@@ -57,6 +57,8 @@ class ModelBase:
             params = fill_shared_keys(params, type(self).shared_keys(cfg), what)
         validation.check_params(params, type(self).param_shapes(cfg), what)
         dtype = validation.check_param_dtypes({k: v.dtype.name for k, v in params.items()}, what)
+        validation.check_param_values(
+            {k: float(np.abs(v).max()) if v.size else 0.0 for k, v in params.items()}, what)
         self.cfg = cfg
         self.name = name
         self.params = params

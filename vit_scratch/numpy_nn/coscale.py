@@ -122,7 +122,7 @@ def interpolate_tokens(x: np.ndarray, size, scale_factor: float) -> np.ndarray:
     H, W = validation.check_token_grid(np.shape(x), size)
     B, N, C = x.shape
     img = bilinear_resize(x[:, 1:].reshape(B, H, W, C), scale_factor=scale_factor, axes=(1, 2))
-    return np.concatenate([x[:, :1], img.reshape(B, -1, C)], axis=1)
+    return np.concatenate([x[:, :1], img.reshape(B, img.shape[1] * img.shape[2], C)], axis=1)
 
 
 def _factor(src: int, dst: int) -> float:

@@ -26,9 +26,12 @@ def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) ->
     x: (..., C_in), weight: (C_out, C_in), bias: (C_out,) or None  ->  (..., C_out)
 
     The leading axes are folded into one so BLAS sees a single (M, C_in) @ (C_in, C_out)
-    product instead of a batch of small ones.
+    product instead of a batch of small ones.  Integer and bool arrays are computed in float64
+    (as NumPy computes an int times a float).
     """
     x, weight = np.asarray(x), np.asarray(weight)
+    x = x.astype(np.float64) if x.dtype.kind in "biu" else x
+    weight = weight.astype(np.float64) if weight.dtype.kind in "biu" else weight
     validation.check_ndim(weight.shape, 2, "linear weight", "(C_out, C_in)")
     validation.check_last_dim(x.shape, weight.shape[1], "linear input")
     if bias is not None:
@@ -166,7 +169,8 @@ def softmax(x: np.ndarray, axis: int = -1, out: np.ndarray | None = None) -> np.
     Subtracting the maximum first changes nothing mathematically (softmax(x) = softmax(x - c))
     but keeps exp() from overflowing: exp(1000) is inf, exp(1000 - 1000) is 1.
     Entries equal to -inf (masked out) get weight 0; a row that is -inf everywhere (nothing
-    may be attended to) gets weight 0 everywhere, not 0/0 = nan.  ``out=x`` works in place.
+    may be attended to) gets weight 0 everywhere, not 0/0 = nan.  ``out=x`` works in place;
+    an empty axis gives an empty result, as in PyTorch.
     """
     x = np.asarray(x)
     if x.dtype.kind == "c":
@@ -176,6 +180,11 @@ def softmax(x: np.ndarray, axis: int = -1, out: np.ndarray | None = None) -> np.
     if out is not None and (not isinstance(out, np.ndarray) or out.shape != x.shape):
         raise ValueError(f"softmax: out must be an array of x's shape {x.shape}, got "
                          f"{getattr(out, 'shape', type(out).__name__)}")
+    if out is not None and out.dtype.kind != "f":
+        raise ValueError(f"softmax: out must be a floating-point array (the weights are "
+                         f"fractions), got dtype {out.dtype}")
+    if x.size == 0:  # an empty axis (or batch): nothing to normalise, an empty result
+        return np.empty_like(x) if out is None else out
     peak = np.max(x, axis=axis, keepdims=True)
     peak[np.isneginf(peak)] = 0.0  # an all -inf row: exp(-inf - 0) = 0 everywhere
     out = np.subtract(x, peak, out=out)  # every entry <= 0

@@ -49,8 +49,9 @@ class ClassAttention(RecordsAttention, nn.Module):
         h, d = self.num_heads, self.head_dim
         z = u if self.class_token_in_keys else u[:, 1:]  # what the class token may look at
         q = self.q(u[:, :1]).view(B, 1, h, d).transpose(1, 2)  # (B, h, 1, d)
-        k = self.k(z).view(B, -1, h, d).transpose(1, 2)  # (B, h, M, d), M = 1 + N or N
-        v = self.v(z).view(B, -1, h, d).transpose(1, 2)  # (B, h, M, d)
+        M = z.shape[1]  # 1 + N or N
+        k = self.k(z).view(B, M, h, d).transpose(1, 2)  # (B, h, M, d)
+        v = self.v(z).view(B, M, h, d).transpose(1, 2)  # (B, h, M, d)
         dropout_p = self.attn_drop.p if self.training else 0.0
         if self.record_attention:
             attn = attention_weights(q, k)  # (B, h, 1, M)

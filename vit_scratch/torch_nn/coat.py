@@ -244,10 +244,11 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
                 for r in self.recorded_attention(images)]
 
     # --- checkpoints --------------------------------------------------------------------------
-    def adapt_state_dict(self, state_dict: dict) -> dict:
+    def adapt_state_dict(self, state_dict: dict, pos_embed_grid=None) -> dict:
         """Make a CoaT checkpoint fit: the official release carries final norms the model never
         uses (``norm1.*`` always; ``norm2.*``, ``norm3.*`` in CoaT-Lite), which are dropped, as
         timm's checkpoint filter does.  Aliases of shared modules are filled in by
-        ``vit_scratch.load_checkpoint``."""
+        ``vit_scratch.load_checkpoint``.  ``pos_embed_grid`` is ignored: CoaT has no position
+        embedding to resize."""
         unused = ("norm1.",) + (("norm2.", "norm3.", "aggregate.") if self.cfg.is_lite else ())
         return {k: v for k, v in state_dict.items() if not k.startswith(unused)}

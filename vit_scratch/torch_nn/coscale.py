@@ -52,7 +52,7 @@ def _interpolate_heads(x: torch.Tensor, size, scale_factor: float) -> torch.Tens
     as a head view of the result)."""
     B, h, N, d = x.shape
     out = interpolate_tokens(x.transpose(1, 2).reshape(B, N, h * d), size, scale_factor)
-    return out.reshape(B, -1, h, d).transpose(1, 2)
+    return out.reshape(B, out.shape[1], h, d).transpose(1, 2)
 
 
 class ParallelBlock(nn.Module):

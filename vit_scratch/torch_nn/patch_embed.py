@@ -53,6 +53,12 @@ def resize_pos_embed(pos_embed, new_grid, old_grid=None, num_prefix_tokens: int 
     entries are viewed as a C-channel image and interpolated (bicubic with antialiasing, in
     float32).  Use the same function for a model's ``img_size`` change and in
     ``vit_scratch.load_checkpoint``.
+
+    ``old_grid`` must be given as (rows, cols) for a non-square grid: a tensor of 12 positions
+    reads as 3×4 or as 4×3 alike, and nothing in it tells which (a transposed ``old_grid``
+    resamples the positions transposed, silently).  That is why ``save_checkpoint`` records the
+    grid in the file's metadata, and ``load_checkpoint`` refuses a ``pos_embed_grid`` that
+    contradicts the record.
     """
     validation.check_choice(mode, "mode", ("bicubic", "bilinear", "nearest", "area"))
     antialias = validation.check_bool(antialias, "antialias") and mode in ("bicubic", "bilinear")
