@@ -5,8 +5,8 @@
 
 timm's model with *every* parameter randomized (``randomize_weights_``: zero biases and identity
 LayerNorms would hide bugs) is loaded strictly into ours; both rooms run a batch of 2 images at
-the name's input size in float32.  The tests assert the bounds (``tests/test_timm_parity.py``,
-``tests/test_cait.py``, ``tests/test_coat.py``); this script prints the measured differences.
+the name's input size in float32.  The tests assert the bounds (``tests/test_timm_parity.py``);
+this script prints the measured differences.
 """
 from __future__ import annotations
 

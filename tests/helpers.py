@@ -1,8 +1,12 @@
-"""Helpers shared by the tests: a randomized timm oracle next to our model, and diffs."""
+"""Helpers shared by the tests: a randomized timm oracle next to our model, small and float64
+models of every family, and diffs."""
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 import torch
+from torch import nn
 
 import vit_scratch
 from vit_scratch.models import lookup
@@ -16,12 +20,39 @@ def timm_names() -> list[str]:
     return [n for n in vit_scratch.list_models() if n in known]
 
 
-def make_pair(name: str, seed: int = 0, **kwargs):
-    """timm's model with every parameter randomized, and ours loaded from its state_dict
-    with strict=True.  Both in eval mode."""
+def timm_twin(name: str, **kwargs):
+    """timm's model of ``name`` (random weights).  For our own names (the ``*_digits`` configs)
+    timm has no entry: its class of the same family -- the same class name as ours -- is built
+    through the family's first timm name with every field of our config that the class takes."""
+    import importlib
+    import inspect
+
     import timm
 
-    oracle = timm.create_model(name, pretrained=False, **kwargs).eval()
+    if name in timm.list_models():
+        return timm.create_model(name, pretrained=False, **kwargs)
+    family, _ = lookup(name)
+    cfg = vit_scratch.get_config(name, **kwargs)
+    base = next(n for n in family.spec.MODELS if n in set(timm.list_models()))
+    module = importlib.import_module(timm.models.model_entrypoint(base).__module__)
+    takes = inspect.signature(getattr(module, family.numpy_class().__name__).__init__).parameters
+    fields = {f: getattr(cfg, f) for f in takes if hasattr(cfg, f)}
+    if "init_values" in fields and fields["init_values"] is None:  # CaiT: the depth rule's value
+        fields["init_values"] = cfg.layer_scale_init
+    model = timm.create_model(base, pretrained=False, **fields)
+    if hasattr(model, "patch_embed4"):  # timm's CoaT sizes scales 2-4 for patch 4: give it ours
+        for s, (h, w) in enumerate(cfg.grid_sizes(), start=1):
+            embed = getattr(model, f"patch_embed{s}")
+            embed.grid_size, embed.num_patches = (h, w), h * w
+            embed.img_size = (h * embed.patch_size[0], w * embed.patch_size[1])
+    return model
+
+
+def make_pair(name: str, seed: int = 0, **kwargs):
+    """timm's model with every parameter randomized, and ours loaded from its state_dict
+    with strict=True.  Both in eval mode.  Every registered name has a timm twin
+    (:func:`timm_twin`)."""
+    oracle = timm_twin(name, **kwargs).eval()
     vit_scratch.randomize_weights_(oracle, seed=seed)
     ours = vit_scratch.create_model(name, **kwargs).eval()
     ours.load_state_dict(oracle.state_dict(), strict=True)
@@ -112,3 +143,69 @@ def small_pair(name: str, seed: int = 0):
     np_model = vit_scratch.create_numpy_model(
         name, vit_scratch.state_dict_to_numpy(model.state_dict()), **small_kwargs(name))
     return model, np_model
+
+
+# --- float64 modules and models, for the NumPy-vs-PyTorch and per-family tests ------------------
+
+F64 = 1e-12  # NumPy vs PyTorch in float64: "near machine precision" for sums of a few hundred terms
+TORCH_TOL = 1e-5  # ours vs timm, float32 logits
+NUMPY_TOL = 1e-4  # NumPy (float32) vs timm
+LN = partial(nn.LayerNorm, eps=1e-6)  # timm's norm_layer for the blocks built on their own
+
+#: A small CaiT with every part: 3 self-attention and 2 class-attention blocks, 4 heads.
+CAIT_SMALL = dict(img_size=32, patch_size=8, embed_dim=24, depth=3, depth_token_only=2,
+                  num_heads=4, num_classes=5, init_values=0.1)
+#: A small CoaT with every feature: 4 scales, 2 parallel blocks, the default 8-head CRPE split.
+COAT_SMALL = dict(img_size=64, embed_dims=(16, 32, 32, 32), serial_depths=(1, 2, 1, 1),
+                  parallel_depth=2, mlp_ratios=(2, 3, 3, 3), num_classes=7)
+
+
+def t64(a) -> torch.Tensor:
+    return torch.from_numpy(np.asarray(a, dtype=np.float64))
+
+
+def np_params(module) -> dict:
+    """A module's state_dict as arrays, in the module's own dtype."""
+    return {k: v.detach().numpy() for k, v in module.state_dict().items()}
+
+
+def params64(module) -> dict:
+    return vit_scratch.state_dict_to_numpy(module.state_dict(), dtype=np.float64)
+
+
+def random64(module, seed: int = 0, std: float = 0.2):
+    """A float64 module in eval mode with every parameter random (LayerScale included)."""
+    return vit_scratch.randomize_weights_(module.double().eval(), seed=seed, std=std)
+
+
+def random_tokens(rng, *shape) -> np.ndarray:
+    return rng.standard_normal(shape)
+
+
+def float64_model(name: str = "coat_digits", seed: int = 0, **kwargs):
+    """The PyTorch model ``name`` in float64, eval mode, every parameter random."""
+    model = vit_scratch.create_model(name, **kwargs).double().eval()
+    return vit_scratch.randomize_weights_(model, seed=seed, std=0.2)
+
+
+def numpy_twin(model, name: str = "coat_digits", **kwargs):
+    """The NumPy model ``name`` with ``model``'s weights (in their dtype)."""
+    return vit_scratch.create_numpy_model(name, np_params(model), **kwargs)
+
+
+def conv_attention64(dim: int = 24, heads: int = 8, window=None, seed: int = 2):
+    """CoaT's conv-attention module on its own, float64, random weights."""
+    from vit_scratch.torch_nn.factorized_attention import FactorAttnConvRelPosEnc
+
+    att = FactorAttnConvRelPosEnc(dim, heads, qkv_bias=True, crpe_window=window).double().eval()
+    return vit_scratch.randomize_weights_(att, seed=seed, std=0.3)
+
+
+def class_attention_numpy(u, p, heads, in_keys, return_attention=False):
+    """NumPy class attention with a ``ClassAttention``'s parameters ``p``."""
+    from vit_scratch.numpy_nn import class_attention as np_ca
+
+    return np_ca.class_attention(u, p["q.weight"], p["q.bias"], p["k.weight"], p["k.bias"],
+                                 p["v.weight"], p["v.bias"], p["proj.weight"], p["proj.bias"],
+                                 heads, class_token_in_keys=in_keys,
+                                 return_attention=return_attention)

@@ -1,12 +1,15 @@
-"""The environment must not change what our models do (issue 10, class 6).
+"""The environment must not change what our models do.
 
 timm reads ``TIMM_FUSED_ATTN`` when it is imported: ``TIMM_FUSED_ATTN=0`` switches its attention
 to the explicit path, which *calls* ``attn_drop`` with the weights -- so notebook 03's hook demo
 ("hooks on attn_drop see nothing") captured a map for such a user.  vit_scratch reads no
-environment variable: its attention never calls ``attn_drop`` (the fused kernel takes the dropout
-probability; the explicit path used for attention maps applies ``F.dropout``), so a hook on our
-model sees nothing whatever the environment says.  These tests run in a subprocess with the
-variable set, since timm reads it once, at import.
+environment variable.  Which of our attention layers call ``attn_drop`` is fixed by the code,
+whatever the environment says: ViT's never does (the fused kernel takes the dropout
+probability; the explicit path used for attention maps applies ``F.dropout``), so a hook there
+sees nothing; CaiT's talking-heads attention has no fused kernel and calls it on every forward,
+its class attention only while ``get_attention_maps`` records; CoaT's factorized attention has
+no ``attn_drop``.  The timm test runs in a subprocess with the variable set, since timm reads it
+once, at import.
 """
 import json
 import os
@@ -16,10 +19,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 import vit_scratch
-from helpers import make_pair
+from helpers import family_of, make_pair, one_name_per_family, small_kwargs
 
 PACKAGE = Path(vit_scratch.__file__).parent
 
@@ -30,7 +34,7 @@ import vit_scratch
 sys.path.insert(0, "tests")
 from helpers import make_pair, max_abs_diff
 
-oracle, ours = make_pair("vit_tiny_patch16_224", seed=7, img_size=64)
+oracle, ours = make_pair("vit_tiny_patch16_224", seed=7, img_size=64, depth=2)
 x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(8))
 report = {"timm_fused": bool(oracle.blocks[0].attn.fused_attn)}
 
@@ -69,17 +73,17 @@ def test_timm_fused_attn_0_changes_nothing_of_ours(tmp_path):
     assert report["timm_hook_pinned"] == 0  # unless fused_attn is pinned (notebook 03's fix)
     # ours: nothing captured, the maps available, the same logits as timm's unfused path ...
     assert report["ours_hook"] == 0
-    assert report["maps"] == [[1, 3, 17, 17]] * 12
+    assert report["maps"] == [[1, 3, 17, 17]] * 2
     assert report["logits_diff"] <= 1e-5
     # ... and bit for bit the logits of this process (whatever its environment)
-    _, ours = make_pair("vit_tiny_patch16_224", seed=7, img_size=64)
+    _, ours = make_pair("vit_tiny_patch16_224", seed=7, img_size=64, depth=2)
     x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(8))
     with torch.no_grad():
         np.testing.assert_array_equal(np.load(out), ours(x).numpy())
 
 
 #: Environment variables the library may read: the NumPy room's thread count (which changes
-#: the speed, not the result -- tests/test_coat.py checks any thread count gives the same logits).
+#: the speed, not the result -- tests/test_rooms.py checks any thread count gives the same logits).
 ALLOWED_ENV = {"OMP_NUM_THREADS"}
 
 
@@ -96,13 +100,26 @@ def test_the_library_reads_no_other_environment_variable():
     assert read <= ALLOWED_ENV, read - ALLOWED_ENV
 
 
-def test_our_attention_never_calls_attn_drop():
-    """The reason hooks on ``attn_drop`` see nothing in our models, in training mode too."""
-    model = vit_scratch.create_model("vit_tiny_patch16_224", img_size=32, depth=2,
-                                     attn_drop_rate=0.1).train()
+#: Per family: (calls of attn_drop in a training forward, calls while get_attention_maps records).
+ATTN_DROP_CALLS = {
+    "vit": lambda m: (0, 0),
+    "cait": lambda m: (len(m.blocks), len(m.blocks) + len(m.blocks_token_only)),
+    "coat": lambda m: (0, 0),
+}
+
+
+@pytest.mark.parametrize("name", one_name_per_family())
+def test_which_attention_calls_attn_drop(name):
+    """What a hook on ``attn_drop`` sees, family by family, in training mode too."""
+    rate = {} if family_of(name) == "coat" else dict(attn_drop_rate=0.1)  # CoaT: no such rate
+    model = vit_scratch.create_model(name, **small_kwargs(name), **rate).train()
     calls = []
-    for blk in model.blocks:
-        blk.attn.attn_drop.register_forward_hook(lambda m, i, o: calls.append(o))
-    model(torch.randn(2, 3, 32, 32))
-    model.get_attention_maps(torch.randn(2, 3, 32, 32))
-    assert calls == []
+    for key, module in model.named_modules():
+        if key.endswith("attn_drop"):
+            module.register_forward_hook(lambda m, i, o: calls.append(o))
+    c, h, w = model.pretrained_cfg["input_size"]
+    x = torch.randn(2, c, h, w)
+    model(x)
+    in_forward = len(calls)
+    model.get_attention_maps(x)
+    assert (in_forward, len(calls) - in_forward) == ATTN_DROP_CALLS[family_of(name)](model)

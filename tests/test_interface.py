@@ -1,9 +1,11 @@
 """Every registered name answers one model interface (timm's), in both rooms.
 
 The interface is defined once (``vit_scratch.interface``, ``torch_nn/base.py``,
-``numpy_nn/base.py``); these tests run it over ``list_models()``, so a new family is covered the
-moment it registers its names.  Where timm has the same name, timm is the oracle: the same
-``pretrained_cfg`` numbers, the same ``no_weight_decay`` set, the same intermediate features.
+``numpy_nn/base.py``); these tests run it over ``list_models()``, on small models of each name
+(``helpers.small_kwargs``, two blocks), so a new family is covered the moment it registers its
+names.  Where timm has the same name, timm is the oracle: the same ``pretrained_cfg`` numbers
+(read from timm's registry, no model built), the same ``no_weight_decay`` set, the same
+intermediate features.
 """
 import copy
 
@@ -12,17 +14,27 @@ import pytest
 import torch
 
 import vit_scratch
-from helpers import make_pair, max_abs_diff, timm_names
+from helpers import make_pair, max_abs_diff, small_kwargs, timm_names
 from vit_scratch import interface
 
 NAMES = vit_scratch.list_models()
 TIMM_NAMES = timm_names()
-SMALL = 64  # every family accepts 64×64 inputs (a multiple of 16 and of 32)
 
 
-def _small_kwargs(name):
-    cfg = vit_scratch.get_config(name)
-    return {} if max(cfg.img_size) <= SMALL else dict(img_size=SMALL)  # small configs: as they are
+def _kwargs(name: str) -> dict:
+    """A small model of ``name`` with two blocks (the intermediate-feature tests take two)."""
+    kwargs = small_kwargs(name)
+    if hasattr(vit_scratch.get_config(name), "depth"):
+        kwargs["depth"] = 2
+    return kwargs
+
+
+#: timm's coat_small takes no depth overrides (its builder passes them itself): its own depths.
+TIMM_FIXED_DEPTHS = {"coat_small"}
+
+
+def _timm_kwargs(name: str) -> dict:
+    return dict(img_size=64) if name in TIMM_FIXED_DEPTHS else _kwargs(name)
 
 
 def _images(model, batch=2, seed=0):
@@ -34,10 +46,10 @@ def _images(model, batch=2, seed=0):
 def pair(request):
     """A small PyTorch model with random weights and the NumPy model with the same weights."""
     name = request.param
-    model = vit_scratch.create_model(name, **_small_kwargs(name)).eval()
+    model = vit_scratch.create_model(name, **_kwargs(name)).eval()
     vit_scratch.randomize_weights_(model, seed=0)
     np_model = vit_scratch.create_numpy_model(
-        name, vit_scratch.state_dict_to_numpy(model.state_dict()), **_small_kwargs(name))
+        name, vit_scratch.state_dict_to_numpy(model.state_dict()), **_kwargs(name))
     return name, model, np_model
 
 
@@ -144,10 +156,10 @@ def test_attention_maps_and_grids_both_rooms(pair):
 
 @pytest.mark.parametrize("name", TIMM_NAMES)
 def test_pretrained_cfg_matches_timm(name):
-    import timm
+    from timm.models import get_pretrained_cfg
 
     ours = vit_scratch.get_pretrained_cfg(name)
-    theirs = timm.create_model(name, pretrained=False).pretrained_cfg
+    theirs = get_pretrained_cfg(name).to_dict()  # timm's registry: no model is built
     for key in ("input_size", "mean", "std", "crop_pct", "interpolation", "num_classes"):
         assert tuple(np.atleast_1d(ours[key])) == tuple(np.atleast_1d(theirs[key])), key
 
@@ -155,10 +167,10 @@ def test_pretrained_cfg_matches_timm(name):
 @pytest.mark.parametrize("name", TIMM_NAMES)
 def test_interface_matches_timm(name):
     """Same weights, same answers: no_weight_decay, pre-logits, intermediate feature maps."""
-    oracle, ours = make_pair(name, seed=3, img_size=SMALL)
+    oracle, ours = make_pair(name, seed=3, **_timm_kwargs(name))
     assert ours.no_weight_decay() == oracle.no_weight_decay() & set(dict(ours.named_parameters()))
     assert ours.num_features == oracle.num_features
-    x = torch.randn(2, 3, SMALL, SMALL, generator=torch.Generator().manual_seed(4))
+    x = _images(ours, seed=4)
     with torch.no_grad():
         assert max_abs_diff(ours.forward_head(ours.forward_features(x), pre_logits=True),
                             oracle.forward_head(oracle.forward_features(x), pre_logits=True)) < 1e-5
@@ -171,3 +183,11 @@ def test_interface_matches_timm(name):
             assert len(maps) == len(maps_t)
             for a, b in zip(maps, maps_t):
                 assert max_abs_diff(a, b) < 1e-5
+
+
+def test_forward_features_and_head():
+    model = vit_scratch.create_model("vit_tiny_patch16_224", img_size=32, num_classes=0).eval()
+    x = torch.randn(2, 3, 32, 32)
+    feats = model.forward_features(x)
+    assert feats.shape == (2, 5, 192)
+    assert torch.equal(model(x), feats[:, 0])  # num_classes=0: the class token's features

@@ -1,5 +1,5 @@
-"""Property-based tests (hypothesis) of the validation layer, over every registered name and both
-rooms (issue 10).
+"""Property-based tests (hypothesis) of the validation at the edges, over every registered name
+and both rooms.
 
 For random bad configs, images, NumPy params and checkpoint files, each test asserts one of two
 outcomes, and nothing else:

@@ -23,12 +23,14 @@ Grouped by what they check:
   float64 images are cast to the model's dtype (the dtype of its parameters); integer (uint8
   0-255 included), bool and complex images are refused.  Non-finite values, and values beyond
   ``MAX_ABS_IMAGE`` (far outside any normalised image, and where float32 LayerNorm starts to
-  overflow), are refused too: see :func:`check_image_values`;
+  overflow), are refused too: see :func:`check_image_values` and :func:`check_images`;
 * **arrays given to functional entry points**: :func:`check_ndim`, :func:`check_last_dim`,
-  :func:`check_qkv`, :func:`check_mask_dtype`, :func:`check_mask`, :func:`check_class_token`;
+  :func:`check_tokens`, :func:`check_token_grid`, :func:`check_qkv`, :func:`check_mask_dtype`,
+  :func:`check_mask`, :func:`check_class_token`;
 * **parameters** (a NumPy model's params, a checkpoint's tensors): :func:`param_mismatch`,
-  :func:`check_params`, :func:`check_param_dtypes` and :func:`mismatch_message` list every
-  missing, unexpected, mis-shaped and mis-typed key at once;
+  :func:`check_params`, :func:`check_param_dtypes`, :func:`bad_param_values` and
+  :func:`mismatch_message` list every missing, unexpected, mis-shaped and mis-typed key, and
+  every key with NaN, infinite or implausible values, at once;
 * **checkpoints**: :class:`CheckpointError`, :class:`UnsafeCheckpointError`.
 """
 from __future__ import annotations

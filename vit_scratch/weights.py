@@ -15,8 +15,12 @@ the file's first bytes, not from its name (a safetensors file called ``.pth`` lo
   non-square training grid is read from the file's metadata, or given as ``pos_embed_grid``).
 
 An empty file, a folder, a damaged or truncated file, a Git LFS pointer or an HTML page raise
-:class:`CheckpointError` saying so.  On a mismatch it lists the missing, unexpected, mis-shaped
-and mis-typed keys (an integer or complex tensor for a floating-point parameter is mis-typed).
+:class:`CheckpointError` saying so; a pickle of Python objects raises
+:class:`UnsafeCheckpointError` (it is never unpickled).  ``load_checkpoint`` names another
+family's checkpoint as such (the families' key tables, through ``vit_scratch.models``), and
+otherwise lists the missing, unexpected, mis-shaped and mis-typed keys (an integer or complex
+tensor for a floating-point parameter is mis-typed) and the keys holding NaN, infinite or
+implausibly large values (damaged bytes).
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ float64 out, so the tests can compare with PyTorch near machine precision.
     patch_embed   patchify, unpatchify, patch_embed, add_class_token, sin-cos position embeddings
     attention     scaled_dot_product_attention, split_heads, merge_heads, multi_head_attention,
                   mix_heads, talking_heads_attention (CaiT)
-    vit           block, ViT (a callable model built from a state_dict of arrays)
+    vit           block, VisionTransformer (a callable model built from a state_dict of arrays)
     layerscale    layer_scale, scalar_gate, residual_block, layerscale_block (CaiT)
     class_attention  class_attention, class_attention_block (CaiT)
     cait          Cait (a callable model built from a state_dict of arrays)

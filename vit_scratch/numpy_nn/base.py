@@ -4,10 +4,10 @@ A family's NumPy model subclasses :class:`ModelBase`, sets ``param_shapes`` (its
 ``{key: shape}`` table; ``shared_keys`` too if some keys name one tensor, as in CoaT) and
 provides ``forward_features``, ``forward_intermediates`` and ``get_attention_maps``, each starting
 with ``images = self.prepare_images(images)`` (the input checks and dtype policy of
-``vit_scratch.validation``, the same as the PyTorch room's).  Attribute and method names are those of
-the PyTorch room
-(``vit_scratch.interface``); the NumPy room is inference only, so it has no classifier reset
-and no weight-decay list.
+``vit_scratch.validation``, the same as the PyTorch room's).  Attribute and method names are
+those of the PyTorch room (``vit_scratch.interface``); the NumPy room is inference only, so it
+has no classifier reset and no weight-decay list.  Its params are checked once, here: keys,
+shapes, one floating dtype, finite values.
 """
 from __future__ import annotations
 

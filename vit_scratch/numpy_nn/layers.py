@@ -17,7 +17,7 @@ import scipy.special
 
 from .. import validation
 
-LAYER_NORM_EPS = 1e-6  # every token LayerNorm of ViT, CaiT and CoaT (REFERENCE.md)
+LAYER_NORM_EPS = 1e-6  # every token LayerNorm of ViT, CaiT and CoaT (timm's eps for them)
 
 
 def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
@@ -80,7 +80,7 @@ def layer_norm(
 # Rational approximation of erf for float32 on [-4, 4] (odd numerator of degree 13 over an even
 # denominator of degree 8; outside [-4, 4] erf is ±1 in float32).  These are the published
 # coefficients used by Eigen and XLA for single precision; the maximum absolute error against
-# the exact erf is below 5e-7 (tests/test_numpy_vs_torch.py::test_erf_float32_accuracy).
+# the exact erf is below 5e-7 (tests/test_rooms.py::test_erf_float32_accuracy).
 _ERF_NUM = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
             -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
             -1.60960333262415e-02)

@@ -11,8 +11,9 @@ inherits the rest (see ``vit_scratch.interface``):
 
 Attention maps: attention modules mix in ``RecordsAttention``.  ``get_attention_maps`` switches
 recording on for one forward pass (they then compute their weights explicitly and keep them)
-and off again, so the normal forward keeps its fused kernels and nothing threads a flag through
-the blocks' signatures.
+and off again, so the normal forward keeps its fused kernels and the models pass no flag through
+their blocks.  (ViT's ``Block`` used on its own still returns its weights with
+``return_attention=True``, like the NumPy ``block``.)
 """
 from __future__ import annotations
 
