@@ -65,6 +65,12 @@ def test_logits_match_timm(name):
                             **PARITY[family_of(name)], **kwargs)
 
 
+@pytest.mark.parametrize("kwargs", [
+    dict(num_classes=10, img_size=(64, 96)),
+    dict(img_size=48, patch_size=8, embed_dim=96, depth=3, num_heads=4, in_chans=1,
+         num_classes=7),
+    dict(img_size=32, embed_dim=64, depth=2, num_heads=2, num_classes=0),  # features, no head
+], ids=["rect-10cls", "small-1ch", "no-head"])
 def test_kwargs_build_what_timm_builds(kwargs):
     oracle, ours = make_pair("vit_tiny_patch16_224", seed=2, **kwargs)
     size = kwargs["img_size"]
