@@ -95,7 +95,7 @@ def get_config(name: str, **kwargs):
 
 def get_pretrained_cfg(name: str, **kwargs) -> dict:
     """What ``name``'s weights expect: ``input_size``, ``mean``, ``std``, ``crop_pct``, ...
-    (``input_size`` and ``num_classes`` follow ``kwargs``, as in ``create_model(name, **kwargs)``)."""
+    (``input_size`` and ``num_classes`` follow ``kwargs``, as ``create_model(name, **kwargs)``'s)."""
     spec = lookup(name)[1]
     return spec.pretrained_cfg_for(spec.config(**kwargs))
 

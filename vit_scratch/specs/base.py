@@ -108,11 +108,13 @@ def check_value(value, tp, name: str):
         return validation.check_choice(value, name, args)
     if origin is tuple:
         if isinstance(value, str) or not isinstance(value, Sequence):
-            raise ValueError(f"{name} must be {describe_type(tp)}, got {validation.describe_value(value)}")
+            raise ValueError(f"{name} must be {describe_type(tp)}, "
+                             f"got {validation.describe_value(value)}")
         if len(args) == 2 and args[1] is Ellipsis:
             items = [(v, args[0]) for v in value]
         elif len(args) != len(value):
-            raise ValueError(f"{name} must be {describe_type(tp)}, got {validation.describe_value(value)}")
+            raise ValueError(f"{name} must be {describe_type(tp)}, "
+                             f"got {validation.describe_value(value)}")
         else:
             items = list(zip(value, args))
         return tuple(check_value(v, a, f"{name}[{i}]") for i, (v, a) in enumerate(items))
@@ -122,7 +124,8 @@ def check_value(value, tp, name: str):
                 return check_value(value, arm, name)
             except ValueError:
                 continue
-        raise ValueError(f"{name} must be {describe_type(tp)}, got {validation.describe_value(value)}")
+        raise ValueError(f"{name} must be {describe_type(tp)}, "
+                         f"got {validation.describe_value(value)}")
     raise _Unchecked(tp)
 
 
@@ -216,7 +219,7 @@ class ModelSpec:
     doc: str = ""
 
     def config(self, **kwargs):
-        """The default config with ``kwargs`` overriding its fields (unknown names: ``TypeError``)."""
+        """The default config with ``kwargs`` overriding its fields (unknown ones: ``TypeError``)."""
         return self.default_config().replace(**kwargs)
 
     def pretrained_cfg_for(self, cfg) -> dict:

@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import validation
-from .base import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, ConfigMixin, ModelTable, PatchGridMixin
+from .base import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, ConfigMixin, ModelTable,
+                   PatchGridMixin)
 from .vit import head_param_shapes, mlp_param_shapes
 
 #: The CaiT paper's initial LayerScale value by depth: (largest depth, ε).
