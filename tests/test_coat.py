@@ -15,6 +15,7 @@ import torch.nn.functional as F
 import vit_scratch
 from helpers import check_logits_match_timm, make_pair, max_abs_diff
 from vit_scratch import interface
+from vit_scratch.numpy_nn import _fast as np_fast
 from vit_scratch.numpy_nn import coat as np_coat
 from vit_scratch.numpy_nn import conv_position_encoding as np_cpe
 from vit_scratch.numpy_nn import coscale as np_coscale
@@ -47,14 +48,15 @@ def gen():
 
 # --- depthwise convolution ---------------------------------------------------------------------
 @pytest.mark.parametrize("k", [1, 3, 5, 7])
-@pytest.mark.parametrize("method", ["taps", "einsum"])
-def test_depthwise_conv_equals_conv2d_groups(rng, k, method):
+@pytest.mark.parametrize("conv", [np_cpe.depthwise_conv2d, np_fast.depthwise_conv2d],
+                         ids=["formula", "fast"])
+def test_depthwise_conv_equals_conv2d_groups(rng, k, conv):
     x = rng.standard_normal((3, 6, 9, 7))  # odd, non-square grid smaller than some windows
     w, b = rng.standard_normal((6, 1, k, k)), rng.standard_normal(6)
     expected = F.conv2d(t64(x), t64(w), t64(b), padding=k // 2, groups=6).numpy()
-    got = np_cpe.depthwise_conv2d(x, w, b, method=method)
+    got = conv(x, w, b)
     assert got.dtype == np.float64 and max_abs_diff(got, expected) < F64
-    got_cl = np_cpe.depthwise_conv2d(np.moveaxis(x, 1, -1), w, b, channels_last=True, method=method)
+    got_cl = conv(np.moveaxis(x, 1, -1), w, b, channels_last=True)
     assert max_abs_diff(np.moveaxis(got_cl, -1, 1), expected) < F64
     assert max_abs_diff(t_cpe.depthwise_conv2d(t64(x), t64(w), t64(b)), expected) < F64
 
@@ -699,7 +701,7 @@ def test_config_round_trips_and_command_line_values():
 
 
 def test_numpy_batch_threads_give_the_same_answer(monkeypatch):
-    """The NumPy model splits a batch over threads (``layers.split_batch``); any thread count
+    """The NumPy model splits a batch over threads (``_fast.split_batch``); any thread count
     gives the same logits as one thread, to rounding."""
     model = _model("coat_digits", parallel_mode="cross_attention")
     np_model = _np_model(model)
@@ -710,6 +712,4 @@ def test_numpy_batch_threads_give_the_same_answer(monkeypatch):
         outputs[threads] = np_model(x)
     assert max_abs_diff(outputs["2"], outputs["1"]) < 1e-13
     assert max_abs_diff(outputs["3"], outputs["1"]) < 1e-13
-    from vit_scratch.numpy_nn.layers import split_batch
-
-    assert [len(c) for c in split_batch(lambda c: c, x, threads=3)] == [1, 2, 2]
+    assert [len(c) for c in np_fast.split_batch(lambda c: c, x, threads=3)] == [1, 2, 2]
