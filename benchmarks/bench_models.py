@@ -5,6 +5,7 @@
     python benchmarks/bench_models.py --model coat_lite_tiny     # or coat_tiny (any CoaT name)
     python benchmarks/bench_models.py --model vit_small_patch16_224 --repeats 20
     python benchmarks/bench_models.py --families --markdown   # one model per family: the README table
+    python benchmarks/bench_models.py --families --paths plain  # the plain formulas, no fast twins
     python benchmarks/bench_models.py --families --device cuda --dtype bf16 --compile --skip-numpy
                                                            # GPU mode (written for a GPU machine;
                                                            # not run on one yet)
@@ -13,7 +14,9 @@ What it measures (a script, never a test -- timings are noisy and machine-specif
   1. forward + backward time, ours vs timm, same weights, runs alternating between the two so
      drifts in machine load hit both; reported as medians and the median of per-pair ratios;
   2. forward time of the NumPy model vs our PyTorch model (inference, float32, CPU only).
-timm is imported here only as the reference to race against.
+timm is imported here only as the reference to race against.  ``--paths plain`` makes the
+models call the plain formulas instead of their fast twins (``numpy_nn/_fast.py``,
+``torch_nn/_fast.py``), to see what the twins gain in a whole model.
 """
 from __future__ import annotations
 
@@ -51,6 +54,19 @@ def fwd_bwd_step(model, images, labels, autocast_dtype):
     return step
 
 
+def use_plain_formulas() -> None:
+    """Point the fast twins at the plain formulas they stand in for, for this process."""
+    from vit_scratch.numpy_nn import _fast as np_fast
+    from vit_scratch.numpy_nn import conv_position_encoding, layers
+    from vit_scratch.torch_nn import _fast as t_fast
+    from vit_scratch.torch_nn import attention
+
+    np_fast.gelu = layers.gelu
+    np_fast.depthwise_conv2d = conv_position_encoding.depthwise_conv2d
+    np_fast.split_batch = lambda fn, x, threads=None: [fn(x)]  # the whole batch in one thread
+    t_fast.mix_heads = attention.mix_heads
+
+
 #: One model per family for ``--families`` (the smallest of each that timm also has).
 FAMILY_MODELS = ("vit_tiny_patch16_224", "cait_xxs24_224", "coat_lite_tiny", "coat_tiny")
 
@@ -72,8 +88,12 @@ def main(argv=None):
                         help="bf16 = autocast for the PyTorch fwd+bwd")
     parser.add_argument("--compile", action="store_true", help="torch.compile both models")
     parser.add_argument("--skip-numpy", action="store_true")
+    parser.add_argument("--paths", choices=["fast", "plain"], default="fast",
+                        help="plain: the models call the plain formulas, not their fast twins")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
+    if args.paths == "plain":
+        use_plain_formulas()
     names = list(args.model)
     if args.families:
         known = set(vit_scratch.list_models())
@@ -129,7 +149,7 @@ def bench_one(model_name: str, args) -> dict:
         "model": model_name, "batch": args.batch, "img_size": args.img_size,
         "device": device, "dtype": args.dtype, "compile": args.compile,
         "torch": torch.__version__, "timm": timm.__version__,
-        "threads": torch.get_num_threads(),
+        "threads": torch.get_num_threads(), "paths": args.paths,
         "fwd_bwd_ms_timm": 1e3 * statistics.median(times["timm"]),
         "fwd_bwd_ms_ours": 1e3 * statistics.median(times["ours"]),
         "fwd_bwd_ratio_ours_over_timm": statistics.median(ratios),

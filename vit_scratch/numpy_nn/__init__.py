@@ -4,7 +4,7 @@ Functions take the weights explicitly, laid out exactly like the PyTorch ``state
 (``Linear.weight`` is ``(out_features, in_features)``), and keep the input's dtype: float64 in,
 float64 out, so the tests can compare with PyTorch near machine precision.
 
-    layers        linear, layer_norm, erf, gelu, softmax, mlp, split_batch (threads over a batch)
+    layers        linear, layer_norm, gelu, softmax, mlp
     patch_embed   patchify, unpatchify, patch_embed, add_class_token, sin-cos position embeddings
     attention     scaled_dot_product_attention, split_heads, merge_heads, multi_head_attention,
                   mix_heads, talking_heads_attention (CaiT)
@@ -17,6 +17,8 @@ float64 out, so the tests can compare with PyTorch near machine precision.
                             clipped_relative_indices
     coscale       bilinear_resize, interpolate_tokens, parallel_block, cross_scale_attention
     coat          scale_patch_embed, serial_block, CoaT (CoaT and CoaT-Lite)
+    _fast         faster twins of gelu and depthwise_conv2d, and split_batch (threads over a
+                  batch): what the models run, each tested equal to its plain formula
 """
 from . import attention, layers, patch_embed, vit  # noqa: F401
 from . import cait, class_attention, layerscale  # noqa: F401

@@ -12,7 +12,7 @@ https://arxiv.org/abs/2104.06399
 
 Tokens stay (B, N, C) throughout; a scale's grid is the channels-last view (B, H, W, C) of its
 image tokens, which is what the depthwise convolutions and the resizing work on.  A batch is
-split over the CPU cores (``layers.split_batch``): NumPy's elementwise work runs on one core
+split over the CPU cores (``_fast.split_batch``): NumPy's elementwise work runs on one core
 per call, and images are independent.  There is no
 absolute position embedding, so any input whose sides are multiples of the total stride runs.
 """
@@ -24,11 +24,12 @@ from einops import rearrange
 from .. import interface, validation
 from ..specs.coat import (CoaTConfig, CoaTImageSizeMixin, coat_feature_info, coat_param_shapes,
                           shared_keys)
+from . import _fast
 from .base import ModelBase
 from .conv_position_encoding import conv_pos_enc
 from .coscale import parallel_block
 from .factorized_attention import conv_attention
-from .layers import layer_norm, linear, mlp, split_batch, sub_params
+from .layers import layer_norm, linear, mlp, sub_params
 from .patch_embed import add_class_token
 
 PATCH_NORM_EPS = 1e-5  # CoaT's patch-embedding LayerNorms (the token LayerNorms use 1e-6)
@@ -96,13 +97,13 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
         """Scales 1..last+1 through their serial blocks (then the parallel blocks, when all four
         ran): -> ([x1, x2, x3, x4] tokens before the final norms, their grid sizes).
 
-        The batch is split over ``layers.num_threads()`` threads (images are independent; see
-        ``layers.split_batch``), except when attention records are collected."""
+        The batch is split over ``_fast.num_threads()`` threads (images are independent; see
+        ``_fast.split_batch``), except when attention records are collected."""
         images = self.prepare_images(images)  # checked and cast here, before any thread starts
         sizes = self.grid_sizes(images)
         if records is not None:
             return self._run(images, sizes, last, records), sizes
-        parts = split_batch(lambda chunk: self._run(chunk, sizes, last), images)
+        parts = _fast.split_batch(lambda chunk: self._run(chunk, sizes, last), images)
         if len(parts) == 1:
             return parts[0], sizes
         return [np.concatenate(scale, axis=0) for scale in zip(*parts)], sizes

@@ -30,8 +30,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .. import validation
-
-_CHUNK_BYTES = 1 << 21  # images per chunk of the tap sum: ~2 MB of padded input, so it stays in cache
+from . import _fast
 
 
 def clipped_relative_indices(num_tokens: int, window: int) -> np.ndarray:
@@ -66,7 +65,7 @@ def _check_depthwise(x_shape, weight_shape, channels_last: bool) -> int:
 
 
 def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None,
-                     channels_last: bool = False, method: str = "taps") -> np.ndarray:
+                     channels_last: bool = False) -> np.ndarray:
     """Depthwise 2-D convolution, stride 1, zero 'same' padding k // 2: every channel is
     convolved with its own k×k kernel (``F.conv2d(x, weight, bias, padding=k // 2, groups=C)``).
 
@@ -77,53 +76,20 @@ def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None 
 
         out[b, y, x, c] = Σ_ij windows[b, y, x, c, i, j] · weight[c, 0, i, j]  (+ bias[c])
 
-    ``method="einsum"`` evaluates exactly that with one ``np.einsum``.  ``method="taps"`` (the
-    default, 1.5-3× faster in our measurements) computes the same sum as k² whole-array multiply-adds, one per kernel
-    offset (i, j), over chunks of images small enough to stay in the CPU cache.  Neither loops
-    over pixels.  (Like PyTorch's convolution this is a cross-correlation: no kernel flip.)
+    -- one ``np.einsum``, no loop over pixels.  (Like PyTorch's convolution this is a
+    cross-correlation: no kernel flip.)  The models call its faster twin
+    ``_fast.depthwise_conv2d`` (numpy_nn/_fast.py, tested equal).
     """
     x = np.asarray(x)
     k = _check_depthwise(x.shape, weight.shape, channels_last)
-    if method not in ("taps", "einsum"):
-        raise ValueError(f"method must be 'taps' or 'einsum', got {method!r}")
     xc = x if channels_last else np.moveaxis(x, 1, -1)  # (B, H, W, C), a view
-    dtype = np.result_type(x, weight, np.float32)
-    w = np.ascontiguousarray(np.moveaxis(weight[:, 0], 0, -1), dtype=dtype)  # (k, k, C)
-    out = (_conv_einsum if method == "einsum" else _conv_taps)(xc, w, k // 2, dtype)
+    p = k // 2
+    padded = np.pad(xc, ((0, 0), (p, p), (p, p), (0, 0)))  # zero border: H×W outputs
+    windows = sliding_window_view(padded, (k, k), axis=(1, 2))  # (B, H, W, C, k, k)
+    out = np.einsum("bhwcij,cij->bhwc", windows, weight[:, 0])  # weight[:, 0]: (C, k, k)
     if bias is not None:
-        out += bias.astype(dtype, copy=False)
+        out = out + bias
     return out if channels_last else np.moveaxis(out, -1, 1)
-
-
-def _pad_hw(x: np.ndarray, p: int, dtype) -> np.ndarray:
-    """(B, H, W, C) -> (B, H + 2p, W + 2p, C) with a zero border."""
-    B, H, W, C = x.shape
-    padded = np.zeros((B, H + 2 * p, W + 2 * p, C), dtype=dtype)
-    padded[:, p:p + H, p:p + W] = x
-    return padded
-
-
-def _conv_einsum(x: np.ndarray, w: np.ndarray, p: int, dtype) -> np.ndarray:
-    windows = sliding_window_view(_pad_hw(x, p, dtype), w.shape[:2], axis=(1, 2))  # (B,H,W,C,k,k)
-    return np.einsum("bhwcij,ijc->bhwc", windows, w)
-
-
-def _conv_taps(x: np.ndarray, w: np.ndarray, p: int, dtype) -> np.ndarray:
-    B, H, W, C = x.shape
-    k = w.shape[0]
-    out = np.empty((B, H, W, C), dtype=dtype)
-    per_image = (H + 2 * p) * (W + 2 * p) * C * np.dtype(dtype).itemsize
-    chunk = max(1, _CHUNK_BYTES // per_image)
-    tmp = np.empty((min(chunk, B), H, W, C), dtype=dtype)
-    for b0 in range(0, B, chunk):  # memory blocking over images, not a loop over pixels
-        padded = _pad_hw(x[b0:b0 + chunk], p, dtype)
-        o, t = out[b0:b0 + chunk], tmp[:len(padded)]
-        np.multiply(padded[:, :H, :W], w[0, 0], out=o)
-        for i, j in np.ndindex(k, k):  # one multiply-add per kernel offset
-            if i or j:
-                np.multiply(padded[:, i:i + H, j:j + W], w[i, j], out=t)
-                o += t
-    return out
 
 
 def conv_pos_enc(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, size) -> np.ndarray:
@@ -137,7 +103,9 @@ def conv_pos_enc(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, size) -> n
     img = x[:, 1:].reshape(B, H, W, C)  # a view: tokens are raster order, channels last
     out = np.empty_like(x)
     out[:, :1] = x[:, :1]
-    feat = depthwise_conv2d(img, weight, bias, channels_last=True)
+    _check_depthwise(img.shape, weight.shape, channels_last=True)
+    # depthwise_conv2d's faster twin (numpy_nn/_fast.py, tested equal)
+    feat = _fast.depthwise_conv2d(img, weight, bias, channels_last=True)
     feat += img
     out[:, 1:] = feat.reshape(B, H * W, C)
     return out
@@ -156,7 +124,10 @@ def crpe_conv(v_img: np.ndarray, weights, biases, head_dim: int) -> np.ndarray:
         if w.shape[0] % head_dim:
             raise ValueError(f"CRPE conv with {w.shape[0]} channels does not hold whole heads of "
                              f"{head_dim} channels")
-        out[..., start:stop] = depthwise_conv2d(v_img[..., start:stop], w, b, channels_last=True)
+        group = v_img[..., start:stop]
+        _check_depthwise(group.shape, w.shape, channels_last=True)
+        # depthwise_conv2d's faster twin (numpy_nn/_fast.py, tested equal)
+        out[..., start:stop] = _fast.depthwise_conv2d(group, w, b, channels_last=True)
         start = stop
     if start != v_img.shape[-1]:
         raise ValueError(f"CRPE convs cover {start} channels, but v has {v_img.shape[-1]}")

@@ -15,6 +15,7 @@ Module and parameter names are timm's, so a timm (or official DeiT) ``state_dict
     conv_position_encoding  depthwise_conv2d, ConvPosEnc (CPE), ConvRelPosEnc (CRPE)
     coscale       bilinear_resize, interpolate_tokens, ParallelBlock
     coat          ScalePatchEmbed, SerialBlock, CoaT (CoaT and CoaT-Lite)
+    _fast         mix_heads' faster twin: what the models run, tested equal to the formula
 """
 from . import attention, layers, patch_embed, vit  # noqa: F401
 from . import cait, class_attention, layerscale  # noqa: F401

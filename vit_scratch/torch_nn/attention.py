@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import validation
+from . import _fast
 
 
 def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None,
@@ -115,21 +116,15 @@ def mix_heads(attn: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     """A Linear layer over the *head* axis: out[b, g] = Σ_h weight[g, h] · attn[b, h] + bias[g].
 
     attn: (B, h, N_q, N_k), weight: (h', h), bias: (h',)  ->  (B, h', N_q, N_k).
-    ``nn.Linear`` would need the heads last (two permutes and a copy of the N² tensor); one
-    batched matmul with the bias fused, (h', h) @ (B, h, N_q·N_k), is about twice as fast
-    forward and backward, and the result stays contiguous for the softmax.
+    ``TalkingHeadAttention`` calls its faster twin ``_fast.mix_heads`` (torch_nn/_fast.py,
+    tested equal).
     """
-    B, h, nq, nk = attn.shape
+    h = attn.shape[1]
     if weight.ndim != 2 or weight.shape[1] != h:
         raise ValueError(f"mix_heads: weight of shape {tuple(weight.shape)} does not mix the {h} "
                          f"heads of attn (shape {tuple(attn.shape)}); expected (h', {h})")
-    g = weight.shape[0]
-    flat = attn.reshape(B, h, nq * nk)
-    if bias is None:
-        out = torch.matmul(weight, flat)
-    else:
-        out = torch.baddbmm(bias.view(1, g, 1).expand(B, g, 1), weight.expand(B, g, h), flat)
-    return out.view(B, g, nq, nk)
+    out = torch.einsum("bhqk,gh->bgqk", attn, weight)
+    return out if bias is None else out + bias.view(-1, 1, 1)
 
 
 class TalkingHeadAttention(RecordsAttention, nn.Module):
@@ -166,8 +161,9 @@ class TalkingHeadAttention(RecordsAttention, nn.Module):
         # (B, N, 3C) -> 3 × (B, h, N, d); rows of qkv are [q; k; v], each head-major
         q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         scores = (q * self.scale) @ k.transpose(-2, -1)  # (B, h, N, N)
-        scores = mix_heads(scores, self.proj_l.weight, self.proj_l.bias)  # talk before softmax
-        attn = mix_heads(scores.softmax(dim=-1), self.proj_w.weight, self.proj_w.bias)  # and after
+        # mix_heads' faster twin (torch_nn/_fast.py, tested equal): talk before softmax, and after
+        scores = _fast.mix_heads(scores, self.proj_l.weight, self.proj_l.bias)
+        attn = _fast.mix_heads(scores.softmax(dim=-1), self.proj_w.weight, self.proj_w.bias)
         self.keep(attn)
         out = self.attn_drop(attn) @ v  # (B, h, N, d)
         out = out.transpose(1, 2).reshape(B, N, C)  # merge heads
