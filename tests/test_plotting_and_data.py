@@ -1,4 +1,4 @@
-"""The figure helpers and the offline data: shapes and values, no pixels compared."""
+"""The figure helpers: shapes and values, no pixels compared."""
 import matplotlib
 
 matplotlib.use("Agg")
@@ -8,24 +8,12 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from vit_scratch import plotting  # noqa: E402
-from vit_scratch.data import IMAGENET_MEAN, IMAGENET_STD, normalize, sample_image  # noqa: E402
+from vit_scratch.data import sample_image  # noqa: E402
 from vit_scratch.numpy_nn.patch_embed import patchify  # noqa: E402
 
 
-@pytest.mark.parametrize("size", [224, (96, 160)])
-def test_sample_image(size):
-    img = sample_image(size)
-    h, w = (size, size) if isinstance(size, int) else size
-    assert img.shape == (3, h, w) and img.dtype == np.float32
-    assert 0.0 <= img.min() and img.max() <= 1.0 and img.std() > 0.1  # a real picture
 
 
-def test_normalize():
-    img = np.ones((2, 3, 4, 4), dtype=np.float32) * np.reshape(IMAGENET_MEAN, (3, 1, 1))
-    np.testing.assert_allclose(normalize(img, mean=IMAGENET_MEAN, std=IMAGENET_STD), 0.0, atol=1e-7)
-    one_std = np.reshape(IMAGENET_MEAN, (3, 1, 1)) + np.reshape(IMAGENET_STD, (3, 1, 1))
-    np.testing.assert_allclose(normalize(np.broadcast_to(one_std, (3, 2, 2)), "deit_tiny_patch16_224"),
-                               1.0, rtol=1e-6)
 
 
 def test_patch_mosaic_keeps_every_patch_in_place():
@@ -60,144 +48,21 @@ def test_upsample_and_figures_draw():
     plt.close(fig)
 
 
-def test_normalize_has_no_silent_default():
-    img = np.zeros((3, 4, 4), dtype=np.float32)
-    with pytest.raises(ValueError, match="normalize needs the model's mean and std"):
-        normalize(img)
-    # vit_* weights expect [-1, 1] inputs, deit_* ImageNet's statistics: not the same numbers
-    assert normalize(img, "vit_tiny_patch16_224").min() == -1.0
-    assert normalize(img, "deit_tiny_patch16_224").min() < -2.0
 
 
-@pytest.mark.parametrize("name", ["vit_tiny_patch16_224", "deit_tiny_patch16_224"])
-def test_preprocess_equals_timm_eval_transform(name):
-    """Ours follows the model's pretrained_cfg exactly as timm's own evaluation transform does."""
-    timm = pytest.importorskip("timm")
-    from matplotlib import cbook
-    from PIL import Image
-    from timm.data import create_transform, resolve_data_config
-
-    import vit_scratch
-    from vit_scratch.data import preprocess
-
-    image = Image.open(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False)).convert("RGB")
-    model = vit_scratch.create_model(name)
-    oracle = timm.create_model(name)
-    expected = create_transform(**resolve_data_config(model=oracle))(image).numpy()
-    got = preprocess(image, model)
-    assert got.shape == expected.shape == (3, 224, 224)
-    np.testing.assert_allclose(got, expected, atol=1e-6)
 
 
-def test_digits_on_canvas_places_each_digit_in_its_box():
-    from vit_scratch.data import digits_on_canvas, load_digits
-
-    x_tr, y_tr, b_tr, x_te, y_te, b_te = digits_on_canvas(canvas_size=24, scale=2, noise=0.1)
-    digits_tr, labels_tr, _, labels_te = load_digits()
-    assert x_tr.shape == (len(labels_tr), 1, 24, 24) and x_tr.dtype == np.float32
-    np.testing.assert_array_equal(y_tr, labels_tr)
-    np.testing.assert_array_equal(y_te, labels_te)
-    assert (b_tr[:, 2:] == 16).all() and b_tr[:, :2].min() >= 0 and b_tr[:, :2].max() <= 8
-    assert len(np.unique(b_tr[:, :2], axis=0)) > 50  # the places vary
-    for i in (0, 7, 300):
-        top, left, h, w = b_tr[i]
-        window = x_tr[i, 0, top:top + h, left:left + w]
-        big = np.kron(digits_tr[i, 0], np.ones((2, 2), dtype=np.float32))
-        np.testing.assert_array_equal(window, np.maximum(window, big))  # the digit is on top
-        np.testing.assert_allclose(window[big > 0.1], big[big > 0.1])
-        outside = x_tr[i, 0].copy()
-        outside[top:top + h, left:left + w] = 0
-        assert outside.max() <= 0.1  # only noise outside the box
-    with pytest.raises(ValueError, match="canvas_size 12 is smaller than the digit"):
-        digits_on_canvas(canvas_size=12, scale=2)
 
 
-# --- the trainer's datasets: they follow the model ---------------------------------------------
-
-DIGITS16 = dict(input_size=(1, 16, 16), mean=(0.5,), std=(0.25,), interpolation="bilinear",
-                crop_pct=1.0)
 
 
-def test_digits_datasets_are_resized_normalised_and_split():
-    import torch
-    import torch.nn.functional as F
-
-    import vit_scratch
-    from vit_scratch.data import load_digits, make_datasets
-
-    train, test = make_datasets("digits", DIGITS16)
-    x_tr, y_tr, x_te, y_te = load_digits()
-    assert len(train) == len(y_tr) == 1438 and len(test) == len(y_te) == 359
-    assert train.classes == [str(d) for d in range(10)]
-    image, label = train[5]
-    assert image.shape == (1, 16, 16) and image.dtype == torch.float32 and label == y_tr[5]
-    expected = F.interpolate(torch.from_numpy(x_te), size=(16, 16), mode="bilinear",
-                             align_corners=False)
-    torch.testing.assert_close(test.tensors[0] * 0.25 + 0.5, expected)  # resized, then (x-m)/s
-    np.testing.assert_array_equal(test.tensors[1].numpy(), y_te)
-    rgb_cfg = dict(vit_scratch.get_pretrained_cfg("vit_tiny_patch16_224"), input_size=(3, 24, 24))
-    rgb, _ = make_datasets("digits", rgb_cfg, test_fraction=0.5, seed=3)
-    assert rgb.tensors[0].shape == (899, 3, 24, 24)  # grey -> 3 channels, 8 -> 24
-    assert torch.equal(rgb.tensors[0][:, 0], rgb.tensors[0][:, 2])
-    other, _ = make_datasets("digits", DIGITS16, seed=1)
-    assert not torch.equal(other.tensors[1], train.tensors[1])  # another split
 
 
-def test_canvas_datasets_keep_the_boxes():
-    from vit_scratch.data import make_datasets
-
-    cfg = dict(DIGITS16, input_size=(1, 24, 24), mean=(0.0,), std=(1.0,))
-    train, test = make_datasets("digits_on_canvas", cfg)
-    assert train.tensors[0].shape == (1438, 1, 24, 24) and test.boxes.shape == (359, 4)
-    top, left, h, w = test.boxes[3]
-    image = test.tensors[0][3, 0].numpy()
-    assert (h, w) == (8, 8) and image[top:top + h, left:left + w].max() > 0.5
-    outside = image.copy()
-    outside[top:top + h, left:left + w] = 0
-    assert outside.max() <= 0.1  # only noise outside the box
 
 
-def make_image_folder(root, classes=("cat", "dog"), per_class=5, size=(12, 10), split=False):
-    """A tiny folder of PNGs, one subfolder per class: class i is brighter than class i-1."""
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    for part in (("train", "test") if split else ("",)):
-        for i, name in enumerate(classes):
-            folder = root / part / name
-            folder.mkdir(parents=True)
-            for j in range(per_class):
-                pixels = np.clip(rng.normal(60 + 120 * i, 20, size + (3,)), 0, 255)
-                Image.fromarray(pixels.astype(np.uint8)).save(folder / f"{j}.png")
-    return root
 
 
-def test_image_folder_datasets(tmp_path):
-    import torch
 
-    from vit_scratch.data import make_datasets
-
-    root = make_image_folder(tmp_path / "pets")
-    train, test = make_datasets(str(root), DIGITS16)
-    assert train.classes == test.classes == ["cat", "dog"]
-    assert len(train) == 8 and len(test) == 2  # 20% of each class held out
-    assert sorted(int(test[i][1]) for i in range(2)) == [0, 1]
-    image, label = train[0]
-    assert image.shape == (1, 16, 16) and image.dtype == torch.float32
-    assert abs(float(image.mean()) * 0.25 + 0.5 - 60 / 255) < 0.05  # grey, then normalised
-    split = make_image_folder(tmp_path / "split", per_class=2, split=True)
-    train, test = make_datasets(str(split), "vit_tiny_patch16_224")
-    assert len(train) == len(test) == 4 and train[0][0].shape == (3, 224, 224)
-    (tmp_path / "empty" / "only").mkdir(parents=True)
-    with pytest.raises(ValueError, match="holds no images in class subfolders"):
-        make_datasets(str(tmp_path / "empty"), DIGITS16)
-
-
-def test_unknown_data_lists_the_known_ones():
-    from vit_scratch.data import make_datasets
-
-    with pytest.raises(ValueError, match="unknown data 'cifar10'.*digits, digits_on_canvas"):
-        make_datasets("cifar10", DIGITS16)
 
 
 # --- arrays from a model, through the interface ------------------------------------------------
@@ -282,7 +147,8 @@ def test_figures_for_maps_and_curves(tmp_path):
     plt.close(axes[0].figure)
     plotting.save_training_curves(history, tmp_path / "c.png")
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
-    np.testing.assert_allclose(plotting.unnormalize(np.zeros((1, 2, 2)), DIGITS16), 0.5)
+    np.testing.assert_allclose(
+        plotting.unnormalize(np.zeros((1, 2, 2)), dict(mean=(0.5,), std=(0.25,))), 0.5)
 
 
 def test_class_attention_grids_and_similarity_for_cait():
@@ -309,19 +175,3 @@ def test_class_attention_grids_and_similarity_for_cait():
     np.testing.assert_allclose(plotting.pos_embed_similarity(np_model)[0], sim, atol=1e-6)
 
 
-def test_digits_split_is_stratified_and_fixed():
-    from vit_scratch.data import load_digits, stratified_split
-
-    x_train, y_train, x_test, y_test = load_digits()
-    assert x_train.shape[1:] == (1, 8, 8) and x_train.dtype == np.float32
-    assert len(y_train) + len(y_test) == 1797
-    assert 0.0 <= x_train.min() and x_train.max() <= 1.0
-    counts = np.bincount(y_test, minlength=10)
-    assert counts.min() >= 35 and counts.max() <= 37  # 20% of each class (~180 per class)
-    np.testing.assert_array_equal(load_digits()[3], y_test)  # fixed by the seed
-    assert not np.array_equal(load_digits(seed=1)[3], y_test)
-    labels = np.repeat(np.arange(3), [10, 20, 5])
-    test = stratified_split(labels, 0.2, seed=0)
-    assert [int(test[labels == c].sum()) for c in range(3)] == [2, 4, 1]
-    with pytest.raises(ValueError, match="test_fraction must be in"):
-        stratified_split(labels, 1.0)

@@ -24,6 +24,7 @@ them from the model's ``pretrained_cfg``.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -33,20 +34,21 @@ from .specs.base import IMAGENET_DEFAULT_MEAN as IMAGENET_MEAN  # noqa: F401  (D
 from .specs.base import IMAGENET_DEFAULT_STD as IMAGENET_STD  # noqa: F401
 
 
-def resolve_pretrained_cfg(config) -> dict:
-    """A model, a registered name or a ``pretrained_cfg`` dict -> the ``pretrained_cfg`` dict."""
-    if isinstance(config, dict):
-        return config
-    if isinstance(config, str):
-        from .registry import get_pretrained_cfg
+def resolve_pretrained_cfg(model) -> dict:
+    """``model``: a model, a registered name or a ``pretrained_cfg`` dict -> the
+    ``pretrained_cfg`` dict (what the model's input must look like)."""
+    if isinstance(model, dict):
+        return model
+    if isinstance(model, str):
+        from .models import get_pretrained_cfg
 
-        return get_pretrained_cfg(config)
-    cfg = getattr(config, "pretrained_cfg", None)
-    if isinstance(cfg, dict) and cfg:
-        return cfg
+        return get_pretrained_cfg(model)
+    pcfg = getattr(model, "pretrained_cfg", None)
+    if isinstance(pcfg, dict) and pcfg:
+        return pcfg
     raise ValueError(
         f"expected a model (with a pretrained_cfg), a model name or a pretrained_cfg dict, got "
-        f"{type(config).__name__}; build models with vit_scratch.create_model to get one"
+        f"{type(model).__name__}; build models with vit_scratch.create_model to get one"
     )
 
 
@@ -68,19 +70,19 @@ def sample_image(size=224, name: str = "grace_hopper.jpg") -> np.ndarray:
     return np.asarray(img, dtype=np.float32).transpose(2, 0, 1) / 255.0  # (3, H, W)
 
 
-def normalize(images: np.ndarray, config=None, *, mean=None, std=None) -> np.ndarray:
+def normalize(images: np.ndarray, model=None, *, mean=None, std=None) -> np.ndarray:
     """(x - mean) / std per channel, for (C, H, W) or (B, C, H, W) arrays in [0, 1].
 
     The mean and std are the model's: pass the model, its registered name or its
-    ``pretrained_cfg`` as ``config`` (``normalize(img, model)``), or give ``mean=`` and ``std=``.
+    ``pretrained_cfg`` as ``model`` (``normalize(img, model)``), or give ``mean=`` and ``std=``.
     There is no default: timm's ``vit_*`` weights expect mean = std = 0.5, ``deit_*`` ImageNet's
     (0.485, 0.456, 0.406) / (0.229, 0.224, 0.225), and the wrong pair costs accuracy silently.
     """
-    if config is not None:
+    if model is not None:
         if mean is not None or std is not None:
-            raise ValueError("pass either config or mean= and std=, not both")
-        cfg = resolve_pretrained_cfg(config)
-        mean, std = cfg["mean"], cfg["std"]
+            raise ValueError("pass either model or mean= and std=, not both")
+        pcfg = resolve_pretrained_cfg(model)
+        mean, std = pcfg["mean"], pcfg["std"]
     elif mean is None or std is None:
         raise ValueError(
             "normalize needs the model's mean and std: normalize(images, model) or "
@@ -103,18 +105,18 @@ def normalize(images: np.ndarray, config=None, *, mean=None, std=None) -> np.nda
     return (images - mean) / std
 
 
-def preprocess(image, config) -> np.ndarray:
+def preprocess(image, model) -> np.ndarray:
     """timm's evaluation transform, in NumPy/PIL: resize the shorter side to
     ``input_size / crop_pct`` (``interpolation``), center-crop ``input_size``, scale to [0, 1],
     normalise with the model's mean and std.
 
-    image: a PIL image, or an (H, W, C) / (H, W) uint8 array.  config: a model, a registered
+    image: a PIL image, or an (H, W, C) / (H, W) uint8 array.  model: a model, a registered
     name or a ``pretrained_cfg``.  Returns float32 (C, H, W), ready to stack into a batch.
     """
     from PIL import Image
 
-    cfg = resolve_pretrained_cfg(config)
-    chans, height, width = cfg["input_size"]
+    pcfg = resolve_pretrained_cfg(model)
+    chans, height, width = pcfg["input_size"]
     if not isinstance(image, Image.Image):
         array = np.asarray(image)
         if array.dtype != np.uint8:
@@ -122,7 +124,7 @@ def preprocess(image, config) -> np.ndarray:
                              f"dtype {array.dtype}; for floats in [0, 1] use normalize")
         image = Image.fromarray(array)
     image = image.convert("L" if chans == 1 else "RGB")
-    crop_pct = cfg.get("crop_pct", 1.0)
+    crop_pct = pcfg.get("crop_pct", 1.0)
     w, h = image.size
     if height == width:  # shorter side to floor(size / crop_pct), aspect ratio kept (torchvision)
         short = math.floor(height / crop_pct)
@@ -130,13 +132,13 @@ def preprocess(image, config) -> np.ndarray:
     else:
         new = (math.floor(width / crop_pct), math.floor(height / crop_pct))
     resample = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR,
-                "nearest": Image.NEAREST}[cfg.get("interpolation", "bicubic")]
+                "nearest": Image.NEAREST}[pcfg.get("interpolation", "bicubic")]
     image = image.resize(new, resample)
     left, top = int(round((new[0] - width) / 2.0)), int(round((new[1] - height) / 2.0))
     image = image.crop((left, top, left + width, top + height))
     array = np.asarray(image, dtype=np.float32) / 255.0
     array = array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
-    return normalize(array, cfg)
+    return normalize(array, pcfg)
 
 
 def stratified_split(labels: np.ndarray, test_fraction: float = 0.2, seed: int = 0) -> np.ndarray:
@@ -224,22 +226,22 @@ DATASETS = {
 }
 
 
-def to_model_input(images: np.ndarray, config):
+def to_model_input(images: np.ndarray, model):
     """Images (N, C, H, W) float in [0, 1] -> a float32 tensor shaped and normalised as the
     model expects: resized to its ``input_size`` (its ``interpolation``; antialiased when
     shrinking), grey repeated to 3 channels or RGB averaged to grey, then ``normalize``.
 
-    config: a model, a registered name or a ``pretrained_cfg``."""
+    model: a model, a registered name or a ``pretrained_cfg``."""
     import torch
     import torch.nn.functional as F
 
-    cfg = resolve_pretrained_cfg(config)
-    chans, height, width = cfg["input_size"]
+    pcfg = resolve_pretrained_cfg(model)
+    chans, height, width = pcfg["input_size"]
     x = torch.as_tensor(np.asarray(images, dtype=np.float32))
     if x.ndim != 4:
         raise ValueError(f"images must have shape (N, C, H, W), got shape {tuple(x.shape)}")
     if x.shape[-2:] != (height, width):
-        mode = cfg.get("interpolation", "bilinear")
+        mode = pcfg.get("interpolation", "bilinear")
         shrink = x.shape[-2] > height or x.shape[-1] > width
         x = F.interpolate(x, size=(height, width), mode=mode,
                           align_corners=None if mode == "nearest" else False,
@@ -251,7 +253,7 @@ def to_model_input(images: np.ndarray, config):
             x = x.mean(dim=1, keepdim=True)
         else:
             raise ValueError(f"cannot turn {x.shape[1]}-channel images into {chans} channels")
-    return torch.from_numpy(normalize(x.numpy(), cfg))
+    return torch.from_numpy(normalize(x.numpy(), pcfg))
 
 
 def _tensor_dataset(images, labels, classes, **attributes):
@@ -265,36 +267,44 @@ def _tensor_dataset(images, labels, classes, **attributes):
     return dataset
 
 
-def digits_datasets(config, test_fraction: float = 0.2, seed: int = 0):
+def digits_datasets(model, test_fraction: float = 0.2, seed: int = 0):
     """scikit-learn's digits as a train and a test ``TensorDataset`` of ``(image, label)``,
-    images shaped for ``config`` (a model, a registered name or a ``pretrained_cfg``) by
+    images shaped for ``model`` (a model, a registered name or a ``pretrained_cfg``) by
     :func:`to_model_input`.  The split is :func:`load_digits`' (stratified, fixed by ``seed``)."""
     x_train, y_train, x_test, y_test = load_digits(test_fraction, seed)
     classes = [str(d) for d in range(10)]
-    return (_tensor_dataset(to_model_input(x_train, config), y_train, classes),
-            _tensor_dataset(to_model_input(x_test, config), y_test, classes))
+    return (_tensor_dataset(to_model_input(x_train, model), y_train, classes),
+            _tensor_dataset(to_model_input(x_test, model), y_test, classes))
 
 
-def canvas_datasets(config, test_fraction: float = 0.2, seed: int = 0, scale: int | None = None,
+def canvas_datasets(model, test_fraction: float = 0.2, seed: int = 0, scale: int | None = None,
                     noise: float = 0.1):
     """The localisation set (:func:`digits_on_canvas`) as a train and a test ``TensorDataset``.
 
     The canvas is the model's input size (square), so the boxes are in the model's pixels; the
     digit is enlarged ``scale`` times (default: ``max(1, size // 32)``).  Each dataset has
     ``.boxes``, an int64 array (N, 4) of (top, left, height, width)."""
-    cfg = resolve_pretrained_cfg(config)
-    _, height, width = cfg["input_size"]
+    pcfg = resolve_pretrained_cfg(model)
+    _, height, width = pcfg["input_size"]
     if height != width:
         raise ValueError(f"digits_on_canvas needs a square input, the model takes {height}×{width}")
     scale = max(1, height // 32) if scale is None else scale
     x_tr, y_tr, b_tr, x_te, y_te, b_te = digits_on_canvas(height, scale, noise, test_fraction,
                                                           seed)
     classes = [str(d) for d in range(10)]
-    return (_tensor_dataset(to_model_input(x_tr, cfg), y_tr, classes, boxes=b_tr),
-            _tensor_dataset(to_model_input(x_te, cfg), y_te, classes, boxes=b_te))
+    return (_tensor_dataset(to_model_input(x_tr, pcfg), y_tr, classes, boxes=b_tr),
+            _tensor_dataset(to_model_input(x_te, pcfg), y_te, classes, boxes=b_te))
 
 
-def image_folder_datasets(root, config, test_fraction: float = 0.2, seed: int = 0):
+def _split_folders(root: Path):
+    """``(root/train, root/test or root/val)`` when ``root`` holds that split, else ``None``."""
+    test_dir = next((root / n for n in ("test", "val") if (root / n).is_dir()), None)
+    if (root / "train").is_dir() and test_dir is not None:
+        return root / "train", test_dir
+    return None
+
+
+def image_folder_datasets(root, model, test_fraction: float = 0.2, seed: int = 0):
     """Your own pictures: a folder with one subfolder per class (torchvision's ``ImageFolder``).
 
     If ``root`` holds ``train/`` and ``test/`` (or ``val/``) folders, those are the split;
@@ -306,10 +316,10 @@ def image_folder_datasets(root, config, test_fraction: float = 0.2, seed: int = 
     from torchvision.datasets import ImageFolder
 
     root = Path(root)
-    cfg = resolve_pretrained_cfg(config)
+    pcfg = resolve_pretrained_cfg(model)
 
     def transform(image):
-        return torch.from_numpy(preprocess(image, cfg))
+        return torch.from_numpy(preprocess(image, pcfg))
 
     def folder(path):
         try:
@@ -322,11 +332,11 @@ def image_folder_datasets(root, config, test_fraction: float = 0.2, seed: int = 
                              f"subfolder(s) with images; a classifier needs at least 2")
         return dataset
 
-    test_dir = next((root / n for n in ("test", "val") if (root / n).is_dir()), None)
-    if (root / "train").is_dir() and test_dir is not None:
-        train, test = folder(root / "train"), folder(test_dir)
+    split = _split_folders(root)
+    if split is not None:
+        train, test = folder(split[0]), folder(split[1])
         if train.classes != test.classes:
-            raise ValueError(f"{root / 'train'} and {test_dir} have different class folders: "
+            raise ValueError(f"{split[0]} and {split[1]} have different class folders: "
                              f"{train.classes} vs {test.classes}")
         return train, test
     full = folder(root)
@@ -339,6 +349,42 @@ def image_folder_datasets(root, config, test_fraction: float = 0.2, seed: int = 
     train.classes = test.classes = full.classes
     return train, test
 
+
+# --- augmentation of a batch ----------------------------------------------------------------
+
+def random_affine(images, rotate: float, translate: float, scale: float, gen):
+    """Rotate by U(-rotate, rotate) degrees, zoom by U(1 - scale, 1 + scale) and shift by
+    U(-translate, translate) of the image side, one draw per image; bilinear, edges repeated.
+
+    images (B, C, H, W) tensor -> (B, C, H, W).  The random numbers come from ``gen`` (a
+    ``torch.Generator`` on the CPU, so a run is the same on every device).  Written by hand:
+    a batched affine resampling is two lines of PyTorch (``affine``)."""
+    import torch
+
+    if rotate == 0 and translate == 0 and scale == 0:
+        return images
+    B = images.shape[0]
+    u = torch.rand(B, 4, generator=gen, dtype=torch.float32) * 2 - 1  # (B, 4) in [-1, 1)
+    angle = u[:, 0] * math.radians(rotate)
+    zoom = 1 + u[:, 1] * scale
+    shift = u[:, 2:] * translate * 2  # affine_grid's coordinates span 2 per image side
+    cos, sin = torch.cos(angle) / zoom, torch.sin(angle) / zoom
+    theta = torch.stack([torch.stack([cos, -sin, shift[:, 0]], 1),
+                         torch.stack([sin, cos, shift[:, 1]], 1)], 1)  # (B, 2, 3)
+    return affine(images, theta.to(images.device, images.dtype))
+
+
+def affine(images, theta):
+    """Resample ``images`` (B, C, H, W) at the affine map ``theta`` (B, 2, 3) of output to input
+    coordinates (``F.affine_grid``'s convention, [-1, 1] over the image); edges repeated."""
+    import torch.nn.functional as F
+
+    grid = F.affine_grid(theta, list(images.shape), align_corners=False)
+    return F.grid_sample(images, grid, mode="bilinear", padding_mode="border",
+                         align_corners=False)
+
+
+# --- choosing the data ------------------------------------------------------------------------
 
 def check_data(data) -> str:
     """A ``--data`` value: a built-in name (``DATASETS``) or an existing folder; anything else
@@ -353,13 +399,24 @@ def check_data(data) -> str:
                      f"subfolder per class")
 
 
-def make_datasets(data, config, test_fraction: float = 0.2, seed: int = 0):
+def data_classes(data) -> list[str]:
+    """The class names of ``data`` (a name in ``DATASETS`` or a folder of class subfolders),
+    read without loading any image: the trainer builds the model for them before the data."""
+    data = check_data(data)
+    if data in DATASETS:
+        return [str(d) for d in range(10)]
+    split = _split_folders(Path(data))
+    return sorted(entry.name for entry in os.scandir(split[0] if split else data)
+                  if entry.is_dir())
+
+
+def make_datasets(data, model, test_fraction: float = 0.2, seed: int = 0):
     """``data`` (a name in ``DATASETS`` or a folder of class subfolders) -> ``(train, test)``
-    PyTorch datasets of ``(image, label)``, images shaped for ``config`` (a model, a registered
+    PyTorch datasets of ``(image, label)``, images shaped for ``model`` (a model, a registered
     name or a ``pretrained_cfg``); both have ``.classes``."""
     data = check_data(data)
     if data == "digits":
-        return digits_datasets(config, test_fraction, seed)
+        return digits_datasets(model, test_fraction, seed)
     if data == "digits_on_canvas":
-        return canvas_datasets(config, test_fraction, seed)
-    return image_folder_datasets(data, config, test_fraction, seed)
+        return canvas_datasets(model, test_fraction, seed)
+    return image_folder_datasets(data, model, test_fraction, seed)

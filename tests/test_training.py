@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import vit_scratch
+from vit_scratch.run_folder import CHECKPOINT, CURVES, METRICS, SETTINGS, STATE, load_run
 from vit_scratch.train import (
-    CHECKPOINT, CONFIG, CURVES, METRICS, STATE, TrainConfig, affine, build_model, evaluate,
-    load_run, lr_at, main, param_groups, random_affine, train, train_step,
+    TrainSettings, build_model, evaluate, lr_at, main, param_groups, train, train_step,
 )
 
 TINY = dict(embed_dim=16, depth=1, num_heads=2, mlp_ratio=2.0)
@@ -18,10 +18,10 @@ TINY_ARGS = ["--model-arg", "embed_dim=16", "--model-arg", "depth=1", "--model-a
              "--model-arg", "mlp_ratio=2.0"]
 
 
-def tiny_config(out, **changes) -> TrainConfig:
+def tiny_settings(out, **changes) -> TrainSettings:
     base = dict(model="vit_digits", model_kwargs=dict(TINY), epochs=3, batch_size=32, lr=2e-2,
                 warmup_epochs=0.5, device="cpu", progress="off", out=str(out) if out else None)
-    return TrainConfig(**{**base, **changes})
+    return TrainSettings(**{**base, **changes})
 
 
 def test_lr_schedule():
@@ -30,19 +30,6 @@ def test_lr_schedule():
     assert abs(lr_at(55, 100, 10, 1.0) - 0.5) < 1e-12  # half-way through the cosine
     assert lr_at(100, 100, 10, 1.0) < 1e-12
     assert lr_at(0, 100, 0, 1.0) == 1.0  # no warm-up
-
-
-def test_affine_shift_by_one_pixel_is_exact():
-    """affine_grid spans 2 units per side: a shift of 2/W is one whole pixel, edges repeated."""
-    images = torch.arange(2 * 1 * 4 * 5, dtype=torch.float32).reshape(2, 1, 4, 5)
-    theta = torch.tensor([[1.0, 0.0, 2 / 5], [0.0, 1.0, 0.0]]).expand(2, 2, 3)
-    shifted = affine(images, theta)  # output pixel x reads input x + 1
-    torch.testing.assert_close(shifted[..., :-1], images[..., 1:])
-    torch.testing.assert_close(shifted[..., -1], images[..., -1])  # the edge, repeated
-    gen = torch.Generator().manual_seed(0)
-    assert random_affine(images, 0, 0, 0, gen) is images  # off: untouched
-    moved = random_affine(images, 10, 0.1, 0.1, gen)
-    assert moved.shape == images.shape and not torch.equal(moved, images)
 
 
 def test_one_training_step_lowers_the_loss():
@@ -91,7 +78,7 @@ def finished_run(tmp_path_factory):
 
 def test_cli_writes_metrics_checkpoint_and_curves(finished_run, capsys):
     out, result = finished_run
-    for name in (METRICS, CHECKPOINT, CURVES, CONFIG, STATE):
+    for name in (METRICS, CHECKPOINT, CURVES, SETTINGS, STATE):
         assert (out / name).is_file(), name
     metrics = json.loads((out / METRICS).read_text())
     assert metrics["test_accuracy"] == result["test_accuracy"] == metrics["history"][-1][
@@ -107,8 +94,8 @@ def test_cli_writes_metrics_checkpoint_and_curves(finished_run, capsys):
 
 def test_checkpoint_reloads_to_identical_logits(finished_run):
     out, result = finished_run
-    model = load_run(out)  # config.json + checkpoint.safetensors
-    fresh = vit_scratch.load_checkpoint(build_model(tiny_config(None), 10), out / CHECKPOINT)
+    model = load_run(out)  # settings.json + checkpoint.safetensors
+    fresh = vit_scratch.load_checkpoint(build_model(tiny_settings(None), 10), out / CHECKPOINT)
     images = torch.randn(5, 1, 24, 24)
     with torch.no_grad():
         expected = result["model"].eval()(images)
@@ -119,14 +106,14 @@ def test_checkpoint_reloads_to_identical_logits(finished_run):
 def test_resume_continues_the_schedule_exactly(tmp_path):
     """Stopped after epoch 1 (as Ctrl-C would), then resumed from the command line: the same
     weights, learning rates and losses as a run that never stopped."""
-    whole = train(tiny_config(tmp_path / "whole"), log=lambda *_: None)
+    whole = train(tiny_settings(tmp_path / "whole"), log=lambda *_: None)
 
     def stop(epoch, record):
         if epoch == 1:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        train(tiny_config(tmp_path / "cut"), log=lambda *_: None, on_epoch_end=stop)
+        train(tiny_settings(tmp_path / "cut"), log=lambda *_: None, on_epoch_end=stop)
     assert not (tmp_path / "cut" / METRICS).exists()
     assert torch.load(tmp_path / "cut" / STATE, weights_only=True)["epoch"] == 1
     resumed = main(["--out", str(tmp_path / "cut"), "--resume"])  # the rest from the run
@@ -140,7 +127,7 @@ def test_resume_continues_the_schedule_exactly(tmp_path):
 def test_init_fine_tunes_with_a_new_head(tmp_path, finished_run):
     """--init loads every weight but a head for another number of classes."""
     out, result = finished_run
-    model = build_model(tiny_config(None), num_classes=3)
+    model = build_model(tiny_settings(None), num_classes=3)
     from vit_scratch.train import init_from
 
     init_from(model, out / CHECKPOINT)
@@ -202,10 +189,10 @@ def test_a_finished_run_is_never_overwritten_unless_asked(finished_run, capsys):
 
 def test_overwrite_replaces_a_run(tmp_path):
     out = tmp_path / "run"
-    first = train(tiny_config(out, epochs=1), log=lambda *_: None)
-    second = train(tiny_config(out, epochs=1, seed=1), overwrite=True, log=lambda *_: None)
+    first = train(tiny_settings(out, epochs=1), log=lambda *_: None)
+    second = train(tiny_settings(out, epochs=1, seed=1), overwrite=True, log=lambda *_: None)
     metrics = json.loads((out / METRICS).read_text())
-    assert metrics["config"]["seed"] == 1 and metrics["test_accuracy"] == second["test_accuracy"]
+    assert metrics["settings"]["seed"] == 1 and metrics["test_accuracy"] == second["test_accuracy"]
     assert first["model"] is not second["model"]
 
 
@@ -224,7 +211,7 @@ def test_resuming_another_models_run_names_the_keys(tmp_path, capsys):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        train(tiny_config(out), log=lambda *_: None, on_epoch_end=stop)
+        train(tiny_settings(out), log=lambda *_: None, on_epoch_end=stop)
     err = fails(["--out", str(out), "--resume", "--model-arg", "depth=2"], capsys,
                 "trained with --model vit_digits", "missing", "blocks.1.attn.qkv.weight")
     assert "embed_dim" in err  # the run's own model arguments are shown
@@ -235,7 +222,7 @@ def test_resuming_another_models_run_names_the_keys(tmp_path, capsys):
 
 def test_compile_is_skipped_cleanly_on_the_cpu(tmp_path):
     logs = []
-    train(tiny_config(None, epochs=1, compile=True), log=logs.append)
+    train(tiny_settings(None, epochs=1, compile=True), log=logs.append)
     assert any("--compile: skipped" in line for line in logs)
 
 
@@ -259,7 +246,7 @@ def test_any_image_label_dataset_trains():
     labels = torch.arange(64) % 4
     images = torch.randn(64, 3, 24, 24, generator=gen) + labels[:, None, None, None]  # separable
     data = torch.utils.data.TensorDataset(images, labels)
-    cfg = tiny_config(None, data="my tensors", model_kwargs=dict(TINY, in_chans=3), epochs=2,
+    cfg = tiny_settings(None, data="my tensors", model_kwargs=dict(TINY, in_chans=3), epochs=2,
                       batch_size=16)
     result = train(cfg, datasets=(data, data), log=lambda *_: None)
     assert result["model"].num_classes == 4  # one more than the largest label
@@ -268,14 +255,14 @@ def test_any_image_label_dataset_trains():
 
 def test_bf16_autocast_path_runs_on_the_cpu():
     """The GPU recipe's bf16 autocast, exercised on the CPU (where it is allowed, but slow)."""
-    result = train(tiny_config(None, epochs=1, precision="bf16"), log=lambda *_: None)
+    result = train(tiny_settings(None, epochs=1, precision="bf16"), log=lambda *_: None)
     assert result["precision"] == "bf16" and math.isfinite(result["history"][0]["train_loss"])
     assert next(result["model"].parameters()).dtype == torch.float32  # weights stay fp32
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_run_with_bf16_and_compile(tmp_path):
-    result = train(tiny_config(tmp_path / "gpu", epochs=2, device="cuda", compile=True),
+    result = train(tiny_settings(tmp_path / "gpu", epochs=2, device="cuda", compile=True),
                    log=lambda *_: None)
     assert result["device"].startswith("cuda") and result["precision"] == "bf16"
     model = load_run(tmp_path / "gpu")  # the checkpoint has plain keys, not _orig_mod.*
