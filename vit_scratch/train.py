@@ -1,9 +1,11 @@
 """Train any registered model on offline data -- the course's training command.
 
-    python -m vit_scratch.train --model vit_digits --data digits --epochs 40 --out runs/vit
+    python -m vit_scratch.train --model coat_digits --data digits --epochs 12 --out runs/coat
     python -m vit_scratch.train --model coat_lite_digits --data my_pictures/ --out runs/mine
-    python -m vit_scratch.train --out runs/vit --resume         # continue after a crash / Ctrl-C
-    python -m vit_scratch.train --help                          # every option, with its default
+    python -m vit_scratch.train --out runs/coat --resume            # after a crash or Ctrl-C
+    python -m vit_scratch.train --out runs/coat --resume --epochs 20   # extend a finished run
+    torchrun --standalone --nproc_per_node 2 -m vit_scratch.train ...  # several processes
+    python -m vit_scratch.train --help                  # every option, with its default
 
 ``train(settings)`` reads top to bottom: set-up, the loop, save.
 
@@ -11,16 +13,29 @@
    ``--out`` folder) before anything is built, and a run is never written over unless
    ``--overwrite``.  The model (``--model``, ``--model-arg key=value``) gets as many classes as
    the data has; the data follows the model: resized to its input size and normalised with its
-   mean and std (``vit_scratch.data.make_datasets``).
+   mean and std (``vit_scratch.data.make_datasets``).  ``--val-fraction`` of each class of the
+   training split is held out for validation (stratified).
 2. **The loop.**  A scaled-down DeiT recipe: AdamW with weight decay on the weight matrices only
    (the model names the tokens and embeddings that skip it, ``model.no_weight_decay()``),
    linear warm-up then cosine decay, label smoothing, stochastic depth, and optionally a random
    affine augmentation (``--rotate``, ``--translate``, ``--scale``;
-   ``vit_scratch.data.random_affine``) -- on a GPU in bf16 autocast, optionally
-   ``torch.compile``-d.  The test split is evaluated after every epoch.
-3. **Save.**  After every epoch the run folder (``vit_scratch.run_folder``) gets the weights and
-   everything ``--resume`` needs, so a crash or Ctrl-C loses at most one epoch and ``--resume``
-   continues bit for bit; at the end ``metrics.json`` and ``curves.png``.
+   ``vit_scratch.data.random_affine``) and, for photos, flips, random resized crops and colour
+   jitter (torchvision's transforms v2) -- on a GPU in bf16 autocast, optionally
+   ``torch.compile``-d; under ``torchrun`` in several processes
+   (``vit_scratch.distributed``).  After every epoch the validation split is evaluated, the
+   best epoch kept (``--patience`` stops early), and the run folder
+   (``vit_scratch.run_folder``) gets the weights and everything ``--resume`` needs.
+3. **Save.**  The test split is evaluated once, on the checkpoint ``--select`` chooses (the
+   best validation accuracy, or the last epoch); then ``metrics.json`` and ``curves.png``.
+
+Which is which: the recipe (``param_groups``, ``lr_at``, ``train_step``, ``evaluate``, the
+affine augmentation) is written here by hand, to be read; the infrastructure comes from the
+libraries of its field -- ``torch.utils.data`` (loaders, ``DistributedSampler``),
+``torch.distributed`` and ``DistributedDataParallel``, torchvision's ``ImageFolder`` and
+transforms v2, scikit-learn's stratified split and metrics, tqdm, matplotlib.  The schedule is
+``lr_at`` rather than ``torch.optim.lr_scheduler``: PyTorch's ``LinearLR`` + ``CosineAnnealingLR``
+chained with ``SequentialLR`` give the same curve only up to the off-by-one of their step
+counts, and one formula that is set per step is easier to read and to resume.
 
 The settings are one dataclass, :class:`TrainSettings`: each field carries its help text, and
 the command line is generated from it.  Its defaults are the recipe for scikit-learn's 8×8
@@ -35,22 +50,32 @@ one-pixel shift moves a digit by an eighth of its width; there, no augmentation 
 """
 from __future__ import annotations
 
+import os
+
+if __name__ == "__main__":  # the command line: set before PyTorch starts its OpenMP threads
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # (see auto_threads)
+
 import argparse
 import ast
 import math
 import sys
 import time
 import typing
+import warnings
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import NamedTuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import run_folder
-from .data import check_data, data_classes, make_datasets, random_affine
+from . import distributed, run_folder
+from .data import (ModelTransform, check_data, data_classes, make_datasets, random_affine,
+                   validation_split)
 from .models import create_model, get_config
-from .run_folder import CHECKPOINT, CURVES, METRICS, STATE
+from .run_folder import BEST, CHECKPOINT, CURVES, METRICS, STATE
 from .weights import CheckpointError, load_checkpoint, read_state_dict
 
 
@@ -80,7 +105,7 @@ def setting(default, help: str, *, metavar: str | None = None, choices=None,
 @dataclass
 class TrainSettings:
     """Everything that fixes a training run; ``python -m vit_scratch.train --help`` lists the
-    same fields as options.  The defaults are the README's digits command."""
+    same fields as options.  The defaults are the README's digits recipe."""
 
     model: str = setting(
         "vit_digits", "model to train: any registered name (python -c 'import vit_scratch; "
@@ -89,16 +114,34 @@ class TrainSettings:
         dict, "override a field of the model's config, repeatable (e.g. --model-arg depth=6 "
         "--model-arg embed_dim=96)", flag="--model-arg", metavar="KEY=VALUE",
         parse=parse_model_arg)
+    init: str | None = setting(
+        None, "start from the weights in this checkpoint file (fine-tuning); its head is "
+        "replaced when the number of classes differs (default: none, train from scratch)",
+        metavar="FILE")
     data: str = setting(
         "digits", "'digits' (scikit-learn's 8×8 digits), 'digits_on_canvas' (the localisation "
-        "set), or a folder of images with one subfolder per class (train/ and test/ subfolders, "
-        "if present, are the split)", metavar="NAME|DIR")
+        "set), or a folder of pictures with one subfolder per class (train/ and test/ "
+        "subfolders, and val/, if present, are the split)", metavar="NAME|DIR")
     test_fraction: float = setting(
         0.2, "share of each class held out for testing (when the data has no split)",
         metavar="F")
-    split_seed: int = setting(0, "fixes which images are in the test split", metavar="N")
+    val_fraction: float = setting(
+        0.1, "share of each class of the training split held out for validation: it selects "
+        "the checkpoint (--select) and stops early (--patience); the test split is used once, "
+        "at the end", metavar="F")
+    split_seed: int = setting(0, "fixes which images are in the test and validation splits",
+                              metavar="N")
+    bad_images: str = setting(
+        "error", "pictures of a folder that do not decode: 'error' refuses them before "
+        "training, naming them; 'skip' leaves them out with a warning naming them",
+        choices=("error", "skip"))
     epochs: int = setting(40, "passes over the training data", metavar="N")
-    batch_size: int = setting(32, "images per optimisation step", metavar="N")
+    batch_size: int = setting(
+        32, "images per optimisation step, in all (several processes under torchrun share "
+        "each batch)", metavar="N")
+    accum_steps: int = setting(
+        1, "split each process's share of a batch into this many parts whose gradients add up "
+        "(the same step with less memory)", metavar="N")
     lr: float = setting(1.5e-3, "peak learning rate of AdamW, reached after the warm-up",
                         metavar="LR")
     weight_decay: float = setting(0.3, "AdamW weight decay, on weight matrices and kernels only",
@@ -114,12 +157,21 @@ class TrainSettings:
                                      "image side (0: off)", metavar="F")
     scale: float = setting(0.08, "augmentation: random zoom by a factor in [1 - scale, "
                                  "1 + scale] (0: off)", metavar="F")
+    flip: bool = setting(False, "augmentation for folders of photos: random horizontal flip")
+    crop_scale: float = setting(
+        0.0, "augmentation for folders of photos: random resized crop keeping a share in "
+        "[F, 1] of the picture's area, instead of the centre crop (0: off)", metavar="F")
+    color_jitter: float = setting(
+        0.0, "augmentation for folders of photos: random brightness, contrast and saturation "
+        "by a factor in [1 - F, 1 + F] (0: off)", metavar="F")
     seed: int = setting(0, "seeds the initialisation, the data order, the augmentation and "
                            "dropout", metavar="N")
-    init: str | None = setting(
-        None, "start from the weights in this checkpoint file (fine-tuning); its head is "
-        "replaced when the number of classes differs (default: none, train from scratch)",
-        metavar="FILE")
+    select: str = setting(
+        "best", "the checkpoint the final test uses: 'best' (the epoch of the best validation "
+        "accuracy, saved as best.safetensors) or 'last'", choices=("best", "last"))
+    patience: int | None = setting(
+        None, "stop after this many epochs without a better validation accuracy (default: "
+        "never)", metavar="N")
     device: str = setting("auto", "'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:N' "
                                   "or 'mps'", metavar="DEVICE")
     precision: str = setting("auto", "'auto' (bf16 autocast on a GPU that supports it, else "
@@ -128,13 +180,16 @@ class TrainSettings:
                                    "the CPU)")
     workers: int = setting(0, "DataLoader worker processes (0: load in the main process)",
                            metavar="N")
-    threads: int = setting(0, "CPU threads for PyTorch (0: PyTorch's default, one per core)",
-                           metavar="N")
+    threads: int = setting(
+        0, "CPU threads for PyTorch (default 0: this machine's cores shared among its training "
+        "processes; fewer on busy cores unless OpenMP threads wait passively, as this command "
+        "sets them to)", metavar="N")
     progress: str = setting("auto", "progress bar within each epoch: 'auto' (only when stderr is "
                                     "a terminal), 'on', 'off'", choices=("auto", "on", "off"))
     out: str | None = setting(
-        None, "run folder for checkpoint.safetensors, trainer_state.pt, settings.json, "
-        "metrics.json, curves.png (default: runs/MODEL-DATA)", metavar="DIR")
+        None, "run folder for checkpoint.safetensors, best.safetensors, trainer_state.pt, "
+        "settings.json, metrics.csv, metrics.json, curves.png (default: runs/MODEL-DATA)",
+        metavar="DIR")
 
 
 # --- checking the settings ----------------------------------------------------------------------
@@ -183,10 +238,15 @@ def resolve_precision(precision: str, device: torch.device) -> torch.dtype | Non
     return torch.bfloat16 if precision == "bf16" else None  # bf16 on the CPU works, slowly
 
 
-def check_settings(settings: TrainSettings, own_data: bool = False) -> None:
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def check_settings(settings: TrainSettings, own_data: bool = False,
+                   world: distributed.World = distributed.World()) -> None:
     """Every setting that can be checked without building anything; a ``ValueError`` naming
     the option and the value otherwise.  ``own_data``: the caller brings the datasets
-    (``settings.data`` is then only their name)."""
+    (``settings.data`` is then only their name); ``world``: the processes torchrun started."""
     get_config(settings.model)  # unknown names list the known ones
     try:
         get_config(settings.model, **{k: v for k, v in settings.model_kwargs.items()
@@ -195,13 +255,22 @@ def check_settings(settings: TrainSettings, own_data: bool = False) -> None:
         raise ValueError(f"--model-arg: {error}") from None
     if not own_data:
         check_data(settings.data)
-    for name in ("epochs", "batch_size"):
+    for name in ("epochs", "batch_size", "accum_steps"):
         value = getattr(settings, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        if not _positive_int(value):
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got "
                              f"{value!r}")
-    if not 0.0 < settings.test_fraction < 1.0:
-        raise ValueError(f"--test-fraction must be in (0, 1), got {settings.test_fraction!r}")
+    if settings.patience is not None and not _positive_int(settings.patience):
+        raise ValueError(f"--patience must be a positive integer (epochs without a better "
+                         f"validation accuracy), got {settings.patience!r}")
+    for name in ("test_fraction", "val_fraction"):
+        value = getattr(settings, name)
+        if not (isinstance(value, (int, float)) and 0.0 < value < 1.0):
+            raise ValueError(f"--{name.replace('_', '-')} must be in (0, 1), got {value!r}")
+    if settings.select not in ("best", "last"):
+        raise ValueError(f"--select must be 'best' or 'last', got {settings.select!r}")
+    if settings.bad_images not in ("error", "skip"):
+        raise ValueError(f"--bad-images must be 'error' or 'skip', got {settings.bad_images!r}")
     if not (math.isfinite(settings.lr) and settings.lr > 0):
         raise ValueError(f"--lr must be a positive number, got {settings.lr!r}")
     if not (math.isfinite(settings.weight_decay) and settings.weight_decay >= 0):
@@ -218,15 +287,32 @@ def check_settings(settings: TrainSettings, own_data: bool = False) -> None:
                          f"{settings.translate!r}")
     if not 0.0 <= settings.scale < 1.0:
         raise ValueError(f"--scale must be in [0, 1), got {settings.scale!r}")
+    if not 0.0 <= settings.crop_scale <= 1.0:
+        raise ValueError(f"--crop-scale must be in [0, 1] (a share of the picture's area; 0: "
+                         f"off), got {settings.crop_scale!r}")
+    if not 0.0 <= settings.color_jitter <= 1.0:
+        raise ValueError(f"--color-jitter must be in [0, 1], got {settings.color_jitter!r}")
     for name in ("workers", "threads"):
         value = getattr(settings, name)
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"--{name} must be an integer >= 0, got {value!r}")
     if settings.progress not in ("auto", "on", "off"):
         raise ValueError(f"--progress must be 'auto', 'on' or 'off', got {settings.progress!r}")
-    resolve_precision(settings.precision, resolve_device(settings.device))
+    device = resolve_device(settings.device)
+    resolve_precision(settings.precision, device)
     if settings.init is not None and not Path(settings.init).is_file():
         raise ValueError(f"--init {settings.init!r}: no such checkpoint file")
+    if world.size > 1:
+        if device.type == "mps":
+            raise ValueError("--device mps: torchrun's process group needs the CPU or CUDA GPUs")
+        if settings.batch_size % world.size:
+            raise ValueError(f"--batch-size {settings.batch_size} is not divisible by the "
+                             f"{world.size} processes torchrun started: each process takes an "
+                             f"equal share of every batch (use a multiple of {world.size})")
+    share = settings.batch_size // world.size
+    if settings.accum_steps > share:
+        raise ValueError(f"--accum-steps {settings.accum_steps} splits each process's "
+                         f"{share} images of a batch into more parts than images")
 
 
 def warmup_epochs(settings: TrainSettings) -> float:
@@ -235,6 +321,28 @@ def warmup_epochs(settings: TrainSettings) -> float:
     if settings.warmup_epochs is None:
         return min(2.0, settings.epochs / 10)
     return settings.warmup_epochs
+
+
+def auto_threads(world: distributed.World = distributed.World(), own: int = 0) -> int:
+    """The default ``--threads``: this machine's cores (those this process may run on) shared
+    among the training processes torchrun started on it -- all of them when PyTorch's OpenMP
+    threads wait passively (``OMP_WAIT_POLICY=PASSIVE``, which ``python -m vit_scratch.train``
+    sets unless the environment says otherwise), else no more than the cores the other running
+    programs leave free: the 1-minute load average, less the ``own`` threads this process has
+    been running.  Chosen again at the start of every epoch.
+
+    Why: on cores that other programs also use, OpenMP threads that spin while they wait for
+    each other collapse -- one epoch of the README's digits command took more than 420 s with
+    two spinning threads, 47 s with one, and 17 s with two passive ones (docs/training.md, "A
+    busy machine")."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = cores or 1
+    share = max(1, cores // world.local_size)
+    if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":
+        return share
+    others = (os.getloadavg()[0] - own) if hasattr(os, "getloadavg") else 0.0
+    free = max(1, math.floor(cores - max(0.0, others) + 0.5))
+    return min(share, free)
 
 
 # --- the pieces of training -------------------------------------------------------------------
@@ -274,22 +382,67 @@ def lr_at(step: int, total: int, warmup: int, base: float) -> float:
     return 0.5 * base * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
+def lr_schedule(optimizer, total: int, warmup: int, done: int = 0):
+    """:func:`lr_at`'s curve as PyTorch's schedulers (``torch.optim.lr_scheduler``):
+    ``LinearLR`` for the warm-up, then ``CosineAnnealingLR``, chained by ``SequentialLR``; the
+    same learning rates as ``lr_at`` to float rounding (tested).  Stepped ``done`` times: where
+    a resumed run stopped (the schedule's length may have changed: ``--resume --epochs N``)."""
+    from torch.optim import lr_scheduler
+
+    cosine = lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, total - warmup))
+    schedule = cosine
+    if warmup > 0:
+        ramp = lr_scheduler.LinearLR(optimizer, start_factor=1 / warmup, end_factor=1.0,
+                                     total_iters=max(1, warmup - 1))
+        schedule = lr_scheduler.SequentialLR(optimizer, [ramp, cosine], milestones=[warmup])
+    with warnings.catch_warnings():  # stepping without optimizer steps, on purpose
+        warnings.simplefilter("ignore", UserWarning)
+        for _ in range(done):
+            schedule.step()
+    return schedule
+
+
+class Step(NamedTuple):
+    """What :func:`train_step` returns, for one process's share of the batch."""
+
+    loss: float  # the objective: cross-entropy with label smoothing
+    correct: int  # predictions that were right
+    cross_entropy: float  # the plain cross-entropy, comparable with the validation loss
+
+
 def train_step(model, images, labels, optimizer, label_smoothing: float = 0.0,
-               autocast_dtype: torch.dtype | None = None) -> tuple[float, int]:
-    """One optimisation step on a batch; returns (loss, number of correct predictions)."""
-    with torch.autocast(images.device.type, dtype=autocast_dtype or torch.bfloat16,
-                        enabled=autocast_dtype is not None):
-        logits = model(images)
-        loss = F.cross_entropy(logits.float(), labels, label_smoothing=label_smoothing)
+               autocast_dtype: torch.dtype | None = None, accum_steps: int = 1) -> Step:
+    """One optimisation step on a batch: the mean loss over its images, its gradient, AdamW.
+
+    ``accum_steps`` > 1 splits the batch into that many parts and adds their gradients up
+    (each part's summed loss over the batch's image count) before the one step: the same step
+    with less memory.  Under DDP, only the last part's backward averages the gradients of the
+    processes (``no_sync`` before)."""
+    n = len(labels)
+    parts = [(x, y) for x, y in zip(images.tensor_split(accum_steps),
+                                    labels.tensor_split(accum_steps)) if len(y)]
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    loss_sum, ce_sum, correct = 0.0, 0.0, 0
+    for i, (x, y) in enumerate(parts):
+        last = i == len(parts) - 1
+        with (nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()):
+            with torch.autocast(x.device.type, dtype=autocast_dtype or torch.bfloat16,
+                                enabled=autocast_dtype is not None):
+                logits = model(x).float()
+            loss = F.cross_entropy(logits, y, label_smoothing=label_smoothing,
+                                   reduction="sum") / n
+            loss.backward()
+        loss_sum += loss.item()
+        with torch.no_grad():
+            ce_sum += F.cross_entropy(logits, y, reduction="sum").item() / n
+            correct += (logits.argmax(-1) == y).sum().item()
     optimizer.step()
-    return loss.item(), (logits.argmax(-1) == labels).sum().item()
+    return Step(loss_sum, correct, ce_sum)
 
 
 @torch.no_grad()
 def evaluate(model, loader, device, autocast_dtype: torch.dtype | None = None) -> dict:
-    """Mean cross-entropy and accuracy of ``model`` over ``loader``."""
+    """Mean cross-entropy and accuracy of ``model`` over ``loader``, and the image count."""
     model.eval()
     loss_sum, correct, count = 0.0, 0, 0
     for images, labels in loader:
@@ -300,7 +453,17 @@ def evaluate(model, loader, device, autocast_dtype: torch.dtype | None = None) -
         loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
         correct += (logits.argmax(-1) == labels).sum().item()
         count += len(labels)
-    return {"loss": loss_sum / count, "accuracy": correct / count}
+    return {"loss": loss_sum / max(1, count), "accuracy": correct / max(1, count),
+            "count": count}
+
+
+def evaluate_everywhere(model, loader, device, autocast_dtype=None) -> dict:
+    """:func:`evaluate` of this process's share, added up over all processes."""
+    part = evaluate(model, loader, device, autocast_dtype)
+    loss_sum, correct, count = distributed.sum_over_processes(
+        [part["loss"] * part["count"], part["accuracy"] * part["count"], part["count"]], device)
+    return {"loss": loss_sum / max(1, count), "accuracy": round(correct) / max(1, count),
+            "count": round(count)}
 
 
 def init_from(model, path) -> None:
@@ -327,156 +490,294 @@ def class_names(dataset) -> list[str]:
     classes = getattr(dataset, "classes", None)
     if classes:
         return [str(c) for c in classes]
-    labels = getattr(dataset, "targets", None)
-    if labels is None:
-        labels = [int(dataset[i][1]) for i in range(len(dataset))]
-    return [str(c) for c in range(int(max(int(y) for y in labels)) + 1)]
+    from .data import dataset_labels
+
+    return [str(c) for c in range(int(dataset_labels(dataset).max()) + 1)]
+
+
+def epoch_seeds(seed: int, epoch: int, rank: int) -> tuple[int, int]:
+    """Two seeds for one epoch of one process (PyTorch's global generator -- dropout, stochastic
+    depth, the loader's workers -- and the augmentation's), drawn from ``(seed, epoch, rank)``
+    by NumPy's ``SeedSequence``: a resumed run needs no saved random state."""
+    a, b = np.random.SeedSequence([seed, epoch, rank]).generate_state(2)
+    return int(a), int(b)
 
 
 def _progress(loader, epoch: int, epochs: int, show: bool):
     if not show:
         return loader
-    from tqdm.auto import tqdm
+    from .extras import require
 
+    tqdm = require("tqdm.auto", "the progress bar (--progress)").tqdm
     return tqdm(loader, desc=f"epoch {epoch + 1}/{epochs}", leave=False, unit="batch",
                 dynamic_ncols=True)
+
+
+def _quiet(*_):
+    pass
 
 
 # --- the run ----------------------------------------------------------------------------------
 
 def train(settings: TrainSettings, resume: bool = False, overwrite: bool = False, log=print,
           on_epoch_end=None, datasets=None) -> dict:
-    """Check ``settings``, build the model and the data, train, save as it goes; returns a dict
-    with ``model`` (the trained model), ``history``, ``test_accuracy``, ``train_seconds``,
-    ``cpu_seconds``, ``params``, ``out``.
+    """Check ``settings``, build the model and the data, train, select, test, save as it goes;
+    returns a dict with ``model`` (the selected model), ``history``, ``test_accuracy``,
+    ``selected_epoch``, ``train_seconds``, ``cpu_seconds``, ``params``, ``out``.
 
-    ``resume=True`` continues the unfinished run in ``settings.out`` exactly where its last
-    saved epoch ended; ``overwrite=True`` replaces a run there.  ``on_epoch_end(epoch, record)``
-    is called after each epoch has been saved.  ``settings.out=None`` trains without saving.
+    ``resume=True`` continues the run in ``settings.out`` exactly where its last saved epoch
+    ended (or extends a finished run to more ``epochs``); ``overwrite=True`` replaces a run
+    there.  ``on_epoch_end(epoch, record)`` is called after each epoch has been saved.
+    ``settings.out=None`` trains without saving.
 
-    ``datasets=(train_set, test_set)``: any PyTorch datasets of ``(image, label)`` pairs, images
-    already shaped as the model expects (e.g. torchvision's, with your own transforms); then
-    ``settings.data`` only names them.  The model gets ``len(train_set.classes)`` classes if the
-    dataset has ``.classes``, else one more than the largest label."""
-    # --- set-up: check everything, then build the model, the data and the optimizer
-    check_settings(settings, own_data=datasets is not None)
-    out = Path(settings.out) if settings.out is not None else None
-    replace = False
-    if out is not None:
-        replace = run_folder.check_out(out, resume, overwrite) != "empty" and overwrite
-    elif resume:
-        raise ValueError("resume needs the run folder (--out)")
-    device = resolve_device(settings.device)
+    ``datasets=(train_set, test_set)`` or ``(train_set, val_set, test_set)``: any PyTorch
+    datasets of ``(image, label)`` pairs, images already shaped as the model expects (e.g.
+    torchvision's, with your own transforms); then ``settings.data`` only names them, and
+    without a validation set, ``--val-fraction`` of the training set is held out.  The model
+    gets ``len(train_set.classes)`` classes if the dataset has ``.classes``, else one more than
+    the largest label.
+
+    Under ``torchrun`` (``vit_scratch.distributed``) every process calls this: they join the
+    process group, and rank 0 alone logs and writes."""
+    world = distributed.world_from_env()
+    check_settings(settings, own_data=datasets is not None, world=world)
+    device = distributed.device_for(world, resolve_device(settings.device))
+    joined = distributed.join(world, device)
+    try:
+        return _train(settings, resume, overwrite, log if world.main else _quiet, on_epoch_end,
+                      datasets, world, device)
+    finally:
+        distributed.leave(joined)
+
+
+def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, device) -> dict:
+    # --- set-up: the run folder, the model, the data, the optimizer and its schedule
+    out, state = _open_run_folder(settings, resume, overwrite, world, device)
     autocast_dtype = resolve_precision(settings.precision, device)
-    if settings.threads:
-        torch.set_num_threads(settings.threads)
-
-    state = run_folder.load_state(out) if resume else None
+    torch.set_num_threads(settings.threads or auto_threads(world))
     model, classes = _model_for_the_data(settings, datasets, state, out)
-    if datasets is None:
-        train_set, test_set = make_datasets(settings.data, model, settings.test_fraction,
-                                            settings.split_seed)
-    else:
-        train_set, test_set = datasets
-    model.to(device)
-    params = count_params(model)
-
-    gens = {"loader": torch.Generator().manual_seed(settings.seed),
-            "augment": torch.Generator().manual_seed(settings.seed + 1)}
+    run = _Progress.start(state, settings, out, world, device, log)
+    train_set, val_set, test_set = _datasets(settings, model, datasets)
+    share = settings.batch_size // world.size  # each process's part of a batch
+    sampler = distributed.train_sampler(train_set, world, settings.seed)
     train_loader = torch.utils.data.DataLoader(
-        train_set, batch_size=settings.batch_size, shuffle=True, generator=gens["loader"],
-        num_workers=settings.workers, pin_memory=device.type == "cuda")
-    test_loader = torch.utils.data.DataLoader(
-        test_set, batch_size=max(256, settings.batch_size), num_workers=settings.workers)
+        train_set, batch_size=share, sampler=sampler, num_workers=settings.workers,
+        pin_memory=device.type == "cuda")
+    val_loader, test_loader = (torch.utils.data.DataLoader(
+        distributed.shard(d, world), batch_size=max(256, share), num_workers=settings.workers)
+        for d in (val_set, test_set))
+    model.to(device)
     optimizer = torch.optim.AdamW(param_groups(model, settings.weight_decay), lr=settings.lr)
-    steps_per_epoch = len(train_loader)
-    total_steps = settings.epochs * steps_per_epoch
-    warmup_steps = round(warmup_epochs(settings) * steps_per_epoch)
-
-    history, first_epoch, train_seconds, cpu_seconds = [], 0, 0.0, 0.0
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
-        run_folder.set_rng_states(state["rng"], gens, device)
-        history, first_epoch = list(state["history"]), int(state["epoch"])
-        train_seconds, cpu_seconds = float(state["train_seconds"]), float(state["cpu_seconds"])
-        log(f"resuming {out} after epoch {first_epoch}/{settings.epochs}")
+    steps = len(train_loader)  # per epoch
+    schedule = lr_schedule(optimizer, settings.epochs * steps,
+                           round(warmup_epochs(settings) * steps), done=run.epoch * steps)
+    runner, evaluator = _runners(model, settings, device, world, log)
+    if out is not None and world.main:
+        _write_run_start(out, settings, model, classes, run, overwrite and state is None)
+    log(f"{settings.model}: {count_params(model):,} parameters, {len(train_set)} train / "
+        f"{len(val_set)} validation / {len(test_set)} test images of "
+        f"{tuple(model.pretrained_cfg['input_size'])}, {len(classes)} classes, "
+        f"{settings.epochs} epochs on {device}"
+        f"{f' × {world.size} processes' if world.size > 1 else ''}"
+        f"{' (bf16 autocast)' if autocast_dtype is not None else ''}, "
+        f"{torch.get_num_threads()} thread(s)")
 
-    runner = model
-    if settings.compile:
-        if device.type == "cuda":
-            runner = torch.compile(model)
-        else:
-            log("--compile: skipped (torch.compile is used on a GPU only)")
-    if out is not None and not resume:
-        if replace:  # only now, once everything is set up: the old run's files, nothing else
-            run_folder.remove_run_files(out)
-        run_folder.write_settings(out, settings, model, classes)
-    log(f"{settings.model}: {params:,} parameters, {len(train_set)} train / {len(test_set)} "
-        f"test images of {tuple(model.pretrained_cfg['input_size'])}, "
-        f"{len(classes) or '?'} classes, {settings.epochs} epochs on {device}"
-        f"{' (bf16 autocast)' if autocast_dtype is not None else ''}")
-
-    # --- the loop: one pass over the training data, then the test split, then save
-    show_bar = settings.progress == "on" or (settings.progress == "auto" and sys.stderr.isatty())
+    # --- the loop: train an epoch, validate, keep the best, save
+    show_bar = world.main and (settings.progress == "on" or (
+        settings.progress == "auto" and sys.stderr.isatty()))
+    first_epoch = run.epoch
     for epoch in range(first_epoch, settings.epochs):
+        if run.out_of_patience(settings.patience):
+            log(f"stopping early: no better validation accuracy for {settings.patience} epochs")
+            break
+        if not settings.threads and epoch > first_epoch:  # the machine got busier or quieter
+            torch.set_num_threads(auto_threads(world, own=torch.get_num_threads()))
         wall0, cpu0 = time.perf_counter(), time.process_time()
-        runner.train()
-        loss_sum, correct, count = 0.0, 0, 0
-        step = epoch * steps_per_epoch
-        bar = _progress(train_loader, epoch, settings.epochs, show_bar)
-        for images, labels in bar:
-            images = images.to(device, non_blocking=True)
-            labels = labels.to(device, non_blocking=True)
-            images = random_affine(images, settings.rotate, settings.translate, settings.scale,
-                                   gens["augment"])
-            lr = lr_at(step, total_steps, warmup_steps, settings.lr)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            loss, right = train_step(runner, images, labels, optimizer, settings.label_smoothing,
-                                     autocast_dtype)
-            loss_sum += loss * len(labels)
-            correct += right
-            count += len(labels)
-            step += 1
-            if show_bar:
-                bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", refresh=False)
-        test = evaluate(runner, test_loader, device, autocast_dtype)
-        train_seconds += time.perf_counter() - wall0
-        cpu_seconds += time.process_time() - cpu0
-        record = {"epoch": epoch + 1, "lr": lr, "train_loss": loss_sum / count,
-                  "train_accuracy": correct / count, "test_loss": test["loss"],
-                  "test_accuracy": test["accuracy"], "train_seconds": train_seconds}
-        history.append(record)
-        if out is not None:
-            run_folder.save_epoch(out, model, {
-                "epoch": epoch + 1, "settings": asdict(settings),
-                "optimizer": optimizer.state_dict(), "rng": run_folder.rng_states(gens, device),
-                "history": history, "train_seconds": train_seconds, "cpu_seconds": cpu_seconds})
+        sampler.set_epoch(epoch)
+        record = train_epoch(runner, _progress(train_loader, epoch, settings.epochs, show_bar),
+                             optimizer, schedule, settings, epoch, world, device, autocast_dtype)
+        val = evaluate_everywhere(evaluator, val_loader, device, autocast_dtype)
+        record.update(val_loss=val["loss"], val_accuracy=val["accuracy"])
+        improved = run.add(record, model, time.perf_counter() - wall0,
+                           time.process_time() - cpu0)
+        if out is not None and world.main:
+            run.save(out, model, optimizer, settings, classes, improved)
         log(f"epoch {epoch + 1:3d}/{settings.epochs}  loss {record['train_loss']:.4f}  "
-            f"train acc {record['train_accuracy']:.4f}  test loss {record['test_loss']:.4f}  "
-            f"test acc {record['test_accuracy']:.4f}  ({train_seconds:.0f} s)")
+            f"train acc {record['train_accuracy']:.4f}  val loss {record['val_loss']:.4f}  "
+            f"val acc {record['val_accuracy']:.4f}{'  best' if improved else ''}  "
+            f"({run.train_seconds:.0f} s)")
         if on_epoch_end is not None:
             on_epoch_end(epoch + 1, record)
 
-    # --- save: metrics.json, then the figure
+    # --- save: test the selected checkpoint once, write metrics.json, then draw
+    selected_epoch = run.select(model, settings.select)
+    test = evaluate_everywhere(evaluator, test_loader, device, autocast_dtype)
     result = {
-        "model": settings.model, "data": settings.data,
-        "test_accuracy": history[-1]["test_accuracy"],
-        "train_seconds": train_seconds, "cpu_seconds": cpu_seconds, "params": params,
-        "epochs": settings.epochs, "device": str(device),
+        "model": settings.model, "data": settings.data, "classes": classes,
+        "test_accuracy": test["accuracy"], "test_loss": test["loss"],
+        "select": settings.select, "selected_epoch": selected_epoch,
+        "best_epoch": run.best_epoch, "best_val_accuracy": run.best_val_accuracy,
+        "epochs_done": run.epoch, "stopped_early": run.epoch < settings.epochs,
+        "train_seconds": run.train_seconds, "cpu_seconds": run.cpu_seconds,
+        "params": count_params(model),
+        "images": {"train": len(train_set), "val": len(val_set), "test": len(test_set)},
+        "device": str(device), "processes": world.size,
         "precision": "bf16" if autocast_dtype is not None else "fp32",
         "threads": torch.get_num_threads(), "torch": str(torch.__version__),
-        "settings": asdict(settings), "history": history,
-    }
-    if out is not None:
+        "settings": asdict(settings), "history": run.history}
+    if out is not None and world.main:
         run_folder.write_json(result, out / METRICS)
-        from .plotting import save_training_curves
-
-        save_training_curves(history, out / CURVES, title=f"{settings.model} on {settings.data}")
-    log(f"test accuracy {result['test_accuracy']:.4f} after {settings.epochs} epochs "
-        f"({train_seconds:.1f} s wall, {cpu_seconds:.1f} s CPU, {params:,} parameters, "
-        f"{device}){f' -> {out}' if out is not None else ''}")
+        run.finish(out)
+        _draw_curves(run.history, out, settings, result)
+    log(f"test accuracy {test['accuracy']:.4f} ({settings.select} checkpoint: epoch "
+        f"{selected_epoch}, validation accuracy "
+        f"{run.history[selected_epoch - 1]['val_accuracy']:.4f}) after {run.epoch} epochs "
+        f"({run.train_seconds:.1f} s wall, {run.cpu_seconds:.1f} s CPU, {device})"
+        f"{f' -> {out}' if out is not None else ''}")
     return {**result, "model": model, "out": out}
+
+
+def train_epoch(runner, batches, optimizer, schedule, settings: TrainSettings, epoch: int,
+                world, device, autocast_dtype=None) -> dict:
+    """One pass over this process's share of the training data: the augmentation, a
+    :func:`train_step` per batch and the schedule's step; returns the epoch's record (loss,
+    plain cross-entropy and accuracy, added up over all processes, and the last learning
+    rate).  Its random streams start from ``(seed, epoch, rank)`` (:func:`epoch_seeds`)."""
+    torch_seed, augment_seed = epoch_seeds(settings.seed, epoch, world.rank)
+    torch.manual_seed(torch_seed)  # dropout, stochastic depth, the loader's workers
+    augment = torch.Generator().manual_seed(augment_seed)
+    runner.train()
+    sums = np.zeros(4)  # loss, cross-entropy (both summed over images), correct, images
+    for images, labels in batches:
+        images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
+        images = random_affine(images, settings.rotate, settings.translate, settings.scale,
+                               augment)
+        lr = optimizer.param_groups[0]["lr"]
+        step = train_step(runner, images, labels, optimizer, settings.label_smoothing,
+                          autocast_dtype, settings.accum_steps)
+        schedule.step()
+        sums += (step.loss * len(labels), step.cross_entropy * len(labels), step.correct,
+                 len(labels))
+        if hasattr(batches, "set_postfix"):  # the progress bar
+            batches.set_postfix(loss=f"{step.loss:.3f}", lr=f"{lr:.2e}", refresh=False)
+    loss, cross_entropy, correct, count = distributed.sum_over_processes(sums.tolist(), device)
+    return {"epoch": epoch + 1, "lr": lr, "train_loss": loss / count,
+            "train_cross_entropy": cross_entropy / count, "train_accuracy": correct / count}
+
+
+class _Progress:
+    """The run so far: the history, the epochs done, the best epoch (and its weights, in memory
+    and in best.safetensors), the time spent; saved after every epoch, restored on resume."""
+
+    def __init__(self):
+        self.history, self.epoch, self.train_seconds, self.cpu_seconds = [], 0, 0.0, 0.0
+        self.best_epoch, self.best_val_accuracy, self.best_val_loss = 0, -1.0, math.inf
+        self.best_weights, self.patience_from = None, 0
+
+    @classmethod
+    def start(cls, state, settings, out, world, device, log) -> "_Progress":
+        """A new run, or the saved one (with its best epoch's weights, read by rank 0 from
+        best.safetensors and sent to every process)."""
+        run = cls()
+        if state is None:
+            return run
+        run.history, run.epoch = list(state["history"]), int(state["epoch"])
+        run.train_seconds, run.cpu_seconds = float(state["train_seconds"]), float(
+            state["cpu_seconds"])
+        run.best_epoch = int(state["best_epoch"])
+        best = run.history[run.best_epoch - 1]
+        run.best_val_accuracy, run.best_val_loss = best["val_accuracy"], best["val_loss"]
+        run.best_weights = distributed.broadcast(
+            _best_weights(out, settings, len(state["classes"])) if world.main else None, device)
+        run.patience_from = int(state.get("patience_from", 0))
+        if state.get("finished"):  # extended: the new epochs get their own patience
+            run.patience_from = run.epoch
+            log(f"extending the finished run after epoch {run.epoch} to {settings.epochs} "
+                f"epochs (the learning rate follows the longer schedule)")
+        else:
+            log(f"resuming after epoch {run.epoch}/{settings.epochs}")
+        return run
+
+    def add(self, record: dict, model, wall: float, cpu: float) -> bool:
+        """Record an epoch; returns whether its validation accuracy is the best so far (ties:
+        the lower validation loss)."""
+        self.train_seconds += wall
+        self.cpu_seconds += cpu
+        record["train_seconds"] = self.train_seconds
+        self.history.append(record)
+        self.epoch = record["epoch"]
+        better = (record["val_accuracy"], -record["val_loss"]) > (self.best_val_accuracy,
+                                                                   -self.best_val_loss)
+        if better:
+            self.best_epoch = self.epoch
+            self.best_val_accuracy, self.best_val_loss = record["val_accuracy"], record[
+                "val_loss"]
+            self.best_weights = {k: v.detach().to("cpu", copy=True)
+                                 for k, v in model.state_dict().items()}
+        return better
+
+    def out_of_patience(self, patience: int | None) -> bool:
+        return patience is not None and self.epoch - max(self.best_epoch,
+                                                         self.patience_from) >= patience
+
+    def save(self, out: Path, model, optimizer, settings, classes, improved: bool) -> None:
+        """The epoch's files: the checkpoint (and best.safetensors when it improved), the state
+        for --resume, a row of metrics.csv."""
+        run_folder.save_weights(out, CHECKPOINT, model, classes)
+        if improved:
+            run_folder.save_weights(out, BEST, model, classes)
+        state = {
+            "epoch": self.epoch, "settings": asdict(settings),
+            "optimizer": optimizer.state_dict(), "history": self.history,
+            "train_seconds": self.train_seconds, "cpu_seconds": self.cpu_seconds,
+            "best_epoch": self.best_epoch, "patience_from": self.patience_from,
+            "classes": classes, "finished": False}
+        run_folder.save_state(out, model, state)
+        run_folder.append_metrics_row(out, self.history[-1])
+
+    def select(self, model, select: str) -> int:
+        """Load the weights the final test uses into ``model``; returns their epoch."""
+        if select == "best" and self.best_weights is not None:
+            model.load_state_dict(self.best_weights)
+            return self.best_epoch
+        return self.epoch
+
+    @staticmethod
+    def finish(out: Path) -> None:
+        """Mark the saved state finished (``--resume`` then extends, with more ``--epochs``)."""
+        if (out / STATE).exists():
+            state = run_folder.load_state(out)
+            run_folder.save_atomic(lambda p: torch.save({**state, "finished": True}, p),
+                                   out / STATE)
+
+
+def _open_run_folder(settings, resume, overwrite, world, device):
+    """``(out, state)``: the checked run folder (``None`` without ``--out``) and, resuming, its
+    saved state.  Rank 0 alone checks and reads the folder; the others get its verdict and the
+    state, so that every process stops on an error and resumes from the same epoch."""
+    out = Path(settings.out) if settings.out is not None else None
+    if out is None:
+        if resume:
+            raise ValueError("resume needs the run folder (--out)")
+        return None, None
+    error, state = None, None
+    if world.main:
+        try:
+            run_folder.check_out(out, resume, overwrite)
+            if resume:
+                state = run_folder.load_state(out)
+                run_folder.check_resume(settings, state, out)
+        except (ValueError, CheckpointError) as caught:
+            error = caught
+    verdict = distributed.same_everywhere(None if error is None else str(error), device)
+    if error is not None:
+        raise error
+    if verdict is not None:
+        raise ValueError(verdict)
+    return out, distributed.broadcast(state, device)
 
 
 def _model_for_the_data(settings: TrainSettings, datasets, state: dict | None, out: Path | None):
@@ -485,25 +786,95 @@ def _model_for_the_data(settings: TrainSettings, datasets, state: dict | None, o
     classes = class_names(datasets[0]) if datasets is not None else data_classes(settings.data)
     if state is None:
         torch.manual_seed(settings.seed)
-        model = build_model(settings, len(classes) or None)
+        model = build_model(settings, len(classes))
         if settings.init is not None:
             init_from(model, settings.init)
         return model, classes
     saved = state["settings"]
-    run_folder.check_same_run(settings, saved, out)
-    saved_classes = run_folder.read_settings(out)["classes"]
-    model = build_model(settings, len(saved_classes) or None)
-    try:  # a run of another model: CheckpointError naming the mismatched keys
-        load_checkpoint(model, out / CHECKPOINT)
-    except CheckpointError as error:
+    model = build_model(settings, len(state["classes"]))
+    own, weights = model.state_dict(), state["model"]
+    mismatch = {"missing": [k for k in own if k not in weights],
+                "unexpected": [k for k in weights if k not in own],
+                "mis-shaped": [k for k in own if k in weights and own[k].shape != weights[k].shape]}
+    if any(mismatch.values()):  # a run of another model
+        listed = "; ".join(f"{what}: {', '.join(keys[:6])}{', ...' if len(keys) > 6 else ''}"
+                           for what, keys in mismatch.items() if keys)
         raise CheckpointError(f"--resume: the run in {str(out)!r} was trained with --model "
                               f"{saved['model']} {saved['model_kwargs']}, not {settings.model} "
-                              f"{settings.model_kwargs}: {error}") from None
-    if classes != saved_classes:
+                              f"{settings.model_kwargs}; its weights do not fit ({listed})")
+    model.load_state_dict(weights)
+    if classes != state["classes"]:
         raise ValueError(f"--resume: the data's classes {classes} are not the run's "
-                         f"{saved_classes}")
-    model.load_state_dict(state["model"])  # the weights of the last saved epoch
+                         f"{state['classes']}")
     return model, classes
+
+
+def _best_weights(out: Path, settings: TrainSettings, num_classes: int) -> dict | None:
+    """The weights of best.safetensors as a state_dict (aliases filled in by loading them into
+    a model), or ``None`` without the file or when the last epoch is selected."""
+    if settings.select != "best" or not (out / BEST).exists():
+        return None
+    model = build_model(settings, num_classes)
+    load_checkpoint(model, out / BEST)
+    return model.state_dict()
+
+
+def _datasets(settings: TrainSettings, model, datasets):
+    """``(train, val, test)``: the data shaped for the model, or the caller's datasets, with
+    ``--val-fraction`` of the training split held out when there is no validation set."""
+    if datasets is not None:
+        if len(datasets) == 3:
+            return tuple(datasets)
+        train_set, test_set = datasets
+        return (*validation_split(train_set, settings.val_fraction, settings.split_seed),
+                test_set)
+    augment = ModelTransform(model, settings.flip, settings.crop_scale, settings.color_jitter)
+    return make_datasets(settings.data, model, settings.test_fraction, settings.split_seed,
+                         val_fraction=settings.val_fraction, bad_images=settings.bad_images,
+                         augment=augment if augment.augments else None)
+
+
+def _runners(model, settings: TrainSettings, device, world, log):
+    """``(runner, evaluator)``: the model that trains (wrapped in DDP with several processes,
+    ``torch.compile``-d on a GPU with ``--compile``) and the one that evaluates each process's
+    share (the model itself under DDP: evaluation needs no gradient averaging)."""
+    runner = model
+    if world.size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        runner = DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    if settings.compile:
+        if device.type == "cuda":
+            runner = torch.compile(runner)
+        else:
+            log("--compile: skipped (torch.compile is used on a GPU only)")
+    return runner, (model if world.size > 1 else runner)
+
+
+def _write_run_start(out: Path, settings, model, classes, run, replace: bool) -> None:
+    """Once everything is set up: the old run's files gone (``--overwrite``), settings.json,
+    and metrics.csv as the saved history has it (a resumed run)."""
+    if replace:
+        run_folder.remove_run_files(out)
+    run_folder.write_settings(out, settings, model, classes)
+    if run.history:
+        run_folder.write_metrics_csv(out, run.history)
+
+
+def _draw_curves(history, out: Path, settings, result) -> None:
+    """curves.png; skipped with a warning when matplotlib is missing or the figure fails -- a
+    finished run keeps its files either way (metrics.json is written before)."""
+    try:
+        from .plotting import save_training_curves
+
+        save_training_curves(history, out / CURVES, title=f"{settings.model} on {settings.data}",
+                             selected_epoch=result["selected_epoch"],
+                             test_accuracy=result["test_accuracy"],
+                             label_smoothing=settings.label_smoothing)
+    except Exception as error:  # noqa: BLE001 -- a figure never costs a run its results
+        warnings.warn(f"{CURVES} not drawn ({type(error).__name__}: {error}); the run's other "
+                      f"files are complete", stacklevel=2)
 
 
 # --- the command line -------------------------------------------------------------------------
@@ -512,7 +883,8 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows ``(default: ...)`` after each option, except where the help text says it itself."""
 
     def _get_help_string(self, action):
-        if action.default is None or "default:" in (action.help or ""):
+        if action.default is None or "default:" in (action.help or "") or \
+                "default " in (action.help or ""):
             return action.help
         return super()._get_help_string(action)
 
@@ -524,11 +896,12 @@ def build_parser(show_defaults: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m vit_scratch.train",
         description="Train a registered model on offline data (scikit-learn's digits, the "
-                    "digits-on-canvas localisation set) or on a folder of your own images. "
-                    "Saves the run in --out after every epoch; writes metrics.json and "
-                    "curves.png at the end.",
-        epilog="Example: python -m vit_scratch.train --model vit_digits --data digits "
-               "--epochs 40 --out runs/vit_digits\n",
+                    "digits-on-canvas localisation set) or on a folder of your own pictures. "
+                    "Holds out a validation split, saves the run in --out after every epoch, "
+                    "tests the selected checkpoint once at the end, and writes metrics.json "
+                    "and curves.png.  Under torchrun, several processes share each batch.",
+        epilog="Example: python -m vit_scratch.train --model coat_digits --data digits "
+               "--epochs 12 --out runs/coat_digits\n",
         formatter_class=_HelpFormatter,
         argument_default=None if show_defaults else argparse.SUPPRESS)
     types = typing.get_type_hints(TrainSettings)
@@ -553,9 +926,9 @@ def build_parser(show_defaults: bool = True) -> argparse.ArgumentParser:
             parser.add_argument(flag, dest=f.name, type=kind, metavar=meta["metavar"],
                                 choices=meta["choices"], help=meta["help"], **default(value))
     parser.add_argument("--resume", action="store_true",
-                        help="continue the unfinished run in --out from its last saved epoch "
-                             "(options not given again are taken from the run)",
-                        **default(False))
+                        help="continue the run in --out from its last saved epoch (options not "
+                             "given again are taken from the run); with --epochs N, extend a "
+                             "finished run to N epochs", **default(False))
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the run already in --out (otherwise that is an error)",
                         **default(False))
@@ -574,9 +947,9 @@ def settings_from_args(argv) -> tuple[TrainSettings, bool, bool]:
     if args["out"] is None:
         args["out"] = default_out(TrainSettings(**args))
     if resume:
-        state_file = Path(args["out"]) / STATE
-        if state_file.exists():
-            saved = torch.load(state_file, map_location="cpu", weights_only=True)["settings"]
+        settings_file = Path(args["out"]) / run_folder.SETTINGS
+        if settings_file.exists():
+            saved = run_folder.read_settings(Path(args["out"]))["settings"]
             saved = {k: v for k, v in saved.items() if k in args}
             args = {**saved, **{k: v for k, v in given.items() if k in args},
                     "out": args["out"]}
@@ -585,20 +958,24 @@ def settings_from_args(argv) -> tuple[TrainSettings, bool, bool]:
 
 def main(argv=None) -> dict:
     parser = build_parser()
+    world = distributed.world_from_env()
     out = None
     try:
         settings, resume, overwrite = settings_from_args(argv)
         out = settings.out
         return train(settings, resume=resume, overwrite=overwrite)
     except (ValueError, CheckpointError) as error:
+        if not world.main:  # rank 0 says it
+            raise SystemExit(2) from None
         parser.error(str(error))  # usage + the message, exit status 2
     except KeyboardInterrupt:
-        if out is not None and (Path(out) / STATE).exists():
-            print(f"\ninterrupted: the run in {out} is saved up to its last finished epoch; "
-                  f"continue it with: python -m vit_scratch.train --out {out} --resume",
-                  file=sys.stderr)
-        else:
-            print("\ninterrupted before the first epoch was saved", file=sys.stderr)
+        if world.main:
+            if out is not None and (Path(out) / STATE).exists():
+                print(f"\ninterrupted: the run in {out} is saved up to its last finished "
+                      f"epoch; continue it with: python -m vit_scratch.train --out {out} "
+                      f"--resume", file=sys.stderr)
+            else:
+                print("\ninterrupted before the first epoch was saved", file=sys.stderr)
         raise SystemExit(130) from None
 
 
