@@ -273,14 +273,17 @@ def test_init_fine_tunes_with_a_new_head(finished_run):
 
 
 def test_every_setting_is_an_option_with_its_help():
-    """One table: each field of TrainSettings carries its help, and the parser is made from it."""
+    """One table: each field of TrainSettings carries its help, the parser is made from it, and
+    docs/training.md lists every option with the same text."""
     import dataclasses
 
     text = build_parser().format_help()
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
     for f in dataclasses.fields(TrainSettings):
         assert f.metadata["help"], f.name
         flag = f.metadata["flag"] or f"--{f.name.replace('_', '-')}"
         assert flag in text, flag
+        assert f"| `{flag}" in docs and f.metadata["help"].replace("|", "\\|") in docs, flag
     parsed = vars(build_parser().parse_args(["--patience", "3", "--flip", "--select", "last"]))
     assert parsed["patience"] == 3 and parsed["flip"] is True and parsed["select"] == "last"
     settings = TrainSettings(**{k: v for k, v in parsed.items()

@@ -1,25 +1,33 @@
-"""Offline data: pictures that ship with matplotlib, training sets, and preprocessing that
-follows the model.
+"""Offline data: pictures that ship with matplotlib, training sets, preprocessing that follows
+the model, and the augmentation of a batch.
 
 Nothing here downloads anything.  ``sample_image()`` is Grace Hopper's portrait from
 matplotlib's bundled sample data, center-cropped and resized to the size a ViT expects.
 
 Training data (``make_datasets(name, model)`` -> a train and a test PyTorch dataset of
-``(image, label)`` pairs, images already shaped for the model):
+``(image, label)`` pairs, images already shaped for the model; with ``val_fraction`` also a
+validation set between them):
 
     "digits"            scikit-learn's bundled 8×8 handwritten digits (``load_digits``)
     "digits_on_canvas"  the localisation set: each digit at a random place on a larger noisy
                         canvas, its box recorded (``digits_on_canvas``)
-    a folder            your own pictures, one subfolder per class (torchvision's ``ImageFolder``)
+    a folder            your own pictures, one subfolder per class (torchvision's
+                        ``ImageFolder``; ``train/``, ``val/``, ``test/`` subfolders are the split)
 
 The data follows the model: images are resized to the model's ``input_size``, turned into its
 number of channels and normalised with its mean and std (all from its ``pretrained_cfg``); the
-trainer then gives the model as many classes as the data has.
+trainer then gives the model as many classes as the data has.  Wherever a function takes
+``model``, a model, its registered name or its ``pretrained_cfg`` dict will do.
 
 Normalisation has no default on purpose: each checkpoint expects the mean and std it was trained
 with, and they differ (timm's ``vit_*`` weights: mean = std = 0.5; ``deit_*``, ``cait_*``,
 ``coat_*``: ImageNet's).  ``normalize(images, model)`` and ``preprocess(image, model)`` read
 them from the model's ``pretrained_cfg``.
+
+Which is which: the preprocessing (``preprocess``: timm's evaluation transform, tested equal),
+the test split (``stratified_split``) and the batch augmentation (``random_affine``) are written
+by hand; the folders (``ImageFolder``), the photo augmentations (transforms v2) and the
+validation split (``train_test_split``) are torchvision's and scikit-learn's.
 """
 from __future__ import annotations
 
