@@ -1,12 +1,14 @@
-"""The offline data and preprocessing: sample images, normalisation, the digits and the
-datasets the trainer builds (they follow the model's pretrained_cfg)."""
+"""The data: offline pictures and data sets, preprocessing that follows the model, the split,
+image folders, and the augmentation of a batch."""
+import sys
+
 import numpy as np
 import pytest
+import torch
 
-from vit_scratch.data import IMAGENET_MEAN, IMAGENET_STD, normalize, sample_image
-
-
-# --- images and normalisation ----------------------------------------------------------------------
+from vit_scratch.data import (
+    IMAGENET_MEAN, IMAGENET_STD, affine, normalize, random_affine, sample_image,
+)
 
 
 @pytest.mark.parametrize("size", [224, (96, 160)])
@@ -75,9 +77,6 @@ def test_digits_on_canvas_places_each_digit_in_its_box():
         assert outside.max() <= 0.1  # only noise outside the box
     with pytest.raises(ValueError, match="canvas_size 12 is smaller than the digit"):
         digits_on_canvas(canvas_size=12, scale=2)
-
-
-# --- the trainer's datasets: they follow the model -------------------------------------------------
 
 
 DIGITS16 = dict(input_size=(1, 16, 16), mean=(0.5,), std=(0.25,), interpolation="bilinear",
@@ -184,3 +183,148 @@ def test_digits_split_is_stratified_and_fixed():
         stratified_split(labels, 1.0)
 
 
+def test_affine_shift_by_one_pixel_is_exact():
+    """affine_grid spans 2 units per side: a shift of 2/W is one whole pixel, edges repeated."""
+    images = torch.arange(2 * 1 * 4 * 5, dtype=torch.float32).reshape(2, 1, 4, 5)
+    theta = torch.tensor([[1.0, 0.0, 2 / 5], [0.0, 1.0, 0.0]]).expand(2, 2, 3)
+    shifted = affine(images, theta)  # output pixel x reads input x + 1
+    torch.testing.assert_close(shifted[..., :-1], images[..., 1:])
+    torch.testing.assert_close(shifted[..., -1], images[..., -1])  # the edge, repeated
+    gen = torch.Generator().manual_seed(0)
+    assert random_affine(images, 0, 0, 0, gen) is images  # off: untouched
+    moved = random_affine(images, 10, 0.1, 0.1, gen)
+    assert moved.shape == images.shape and not torch.equal(moved, images)
+
+
+# --- pictures with more than 8 bits, pictures that do not decode ---------------------------------
+
+def test_a_16_bit_greyscale_png_keeps_its_range(tmp_path):
+    """A full 16-bit ramp is read as 0..1, not clipped at 255 (which turned 97% of it white)."""
+    from PIL import Image
+
+    from vit_scratch.data import preprocess
+
+    ramp = np.linspace(0, 65535, 64 * 64).round().astype(np.uint16).reshape(64, 64)
+    Image.fromarray(ramp).save(tmp_path / "ramp.png")
+    image = Image.open(tmp_path / "ramp.png")
+    assert image.mode.startswith("I")  # Pillow reads it as 16-bit
+    grey = dict(DIGITS16, input_size=(1, 64, 64), mean=(0.0,), std=(1.0,), crop_pct=1.0)
+    got = preprocess(image, grey)[0]  # (64, 64) in [0, 1]
+    np.testing.assert_allclose(got, ramp / 65535.0, atol=1e-6)  # same size: the pixels as read
+    assert (got > 0.999).mean() < 0.01
+    rgb = preprocess(ramp, dict(grey, input_size=(3, 32, 32)))  # a uint16 array, resized
+    assert rgb.shape == (3, 32, 32) and np.array_equal(rgb[0], rgb[2])
+    assert 0.45 < rgb.mean() < 0.55 and rgb.min() < 0.05 and rgb.max() > 0.95
+
+
+def test_pictures_that_do_not_decode_are_refused_or_left_out(tmp_path):
+    from PIL import Image
+
+    from vit_scratch.data import make_datasets
+
+    root = make_image_folder(tmp_path / "pets", per_class=6)
+    photo = np.random.default_rng(0).integers(0, 255, (40, 40, 3)).astype(np.uint8)
+    Image.fromarray(photo).save(root / "dog" / "photo.jpg", quality=90)
+    truncated = root / "dog" / "photo.jpg"
+    truncated.write_bytes(truncated.read_bytes()[:300])
+    with pytest.raises(ValueError, match=r"1 picture\(s\) in .* cannot be decoded: .*photo\.jpg"):
+        make_datasets(str(root), DIGITS16)
+    with pytest.warns(UserWarning, match=r"left out 1 picture.*photo\.jpg"):
+        train, test = make_datasets(str(root), DIGITS16, bad_images="skip")
+    assert len(train) + len(test) == 12
+    assert all(str(truncated) != path for path, _ in train.dataset.samples)
+
+
+# --- the validation split -------------------------------------------------------------------------
+
+def test_validation_split_is_stratified_and_fixed():
+    from vit_scratch.data import make_datasets, validation_indices
+
+    labels = np.repeat(np.arange(3), [40, 20, 10])
+    train, val = validation_indices(labels, 0.2, seed=0)
+    assert sorted(np.concatenate([train, val]).tolist()) == list(range(70))
+    assert np.bincount(labels[val]).tolist() == [8, 4, 2]  # every class in proportion
+    assert np.array_equal(validation_indices(labels, 0.2, seed=0)[1], val)
+    assert not np.array_equal(validation_indices(labels, 0.2, seed=1)[1], val)
+    with pytest.raises(ValueError, match=r"--val-fraction must be in \(0, 1\), got 1.0"):
+        validation_indices(labels, 1.0)
+    tr, va, te = make_datasets("digits_on_canvas", dict(DIGITS16, input_size=(1, 24, 24)),
+                               val_fraction=0.1)
+    assert (len(tr), len(va), len(te)) == (1294, 144, 359)
+    assert tr.classes == va.classes and va.boxes.shape == (144, 4)  # the boxes follow the split
+
+
+def test_folder_layouts(tmp_path):
+    """class folders (split here), train/ + test/ (validation carved from train/), train/ +
+    val/ + test/ (all three given), train/ + val/ (ImageNet's: val/ is the test split)."""
+    from vit_scratch.data import data_classes, make_datasets
+
+    flat = make_image_folder(tmp_path / "flat", per_class=10)
+    assert [len(d) for d in make_datasets(str(flat), DIGITS16, val_fraction=0.25)] == [12, 4, 4]
+    two = make_image_folder(tmp_path / "two", per_class=4, split=True)
+    assert [len(d) for d in make_datasets(str(two), DIGITS16, val_fraction=0.25)] == [6, 2, 8]
+    make_image_folder(tmp_path / "three" / "val", per_class=1)
+    for part in ("train", "test"):
+        make_image_folder(tmp_path / "three" / part, per_class=3)
+    train, val, test = make_datasets(str(tmp_path / "three"), DIGITS16, val_fraction=0.5)
+    assert (len(train), len(val), len(test)) == (6, 2, 6)
+    assert data_classes(str(tmp_path / "three")) == train.classes == ["cat", "dog"]
+    imagenet = tmp_path / "imagenet"
+    make_image_folder(imagenet / "train", per_class=4)
+    make_image_folder(imagenet / "val", per_class=2)
+    assert [len(d) for d in make_datasets(str(imagenet), DIGITS16)] == [8, 4]
+
+
+# --- transforms: picklable, augmentation from torchvision ------------------------------------------
+
+def test_model_transform_augments_with_torchvision_and_pickles(tmp_path):
+    import pickle
+
+    from PIL import Image
+
+    from vit_scratch.data import ModelTransform, preprocess
+
+    picture = Image.fromarray(
+        np.random.default_rng(0).integers(0, 255, (30, 40, 3)).astype(np.uint8))
+    pcfg = dict(DIGITS16, input_size=(3, 16, 16), mean=(0.5,) * 3, std=(0.25,) * 3)
+    plain = ModelTransform(pcfg)
+    np.testing.assert_array_equal(plain(picture).numpy(), preprocess(picture, pcfg))
+    flip = pickle.loads(pickle.dumps(ModelTransform(pcfg, flip=True)))
+    torch.manual_seed(0)
+    outs = [flip(picture) for _ in range(8)]
+    flipped = [torch.equal(o, plain(picture).flip(-1)) for o in outs]
+    unflipped = [torch.equal(o, plain(picture)) for o in outs]
+    assert all(a or b for a, b in zip(flipped, unflipped)) and any(flipped) and any(unflipped)
+    for extra in (dict(crop_scale=0.3), dict(color_jitter=0.5)):
+        torch.manual_seed(0)
+        out = pickle.loads(pickle.dumps(ModelTransform(pcfg, **extra)))(picture)
+        assert out.shape == (3, 16, 16) and not torch.allclose(out, plain(picture))
+
+
+def test_workers_started_with_spawn_load_a_folder(tmp_path):
+    """--workers under 'spawn' (the default start method on macOS and Windows): the datasets and
+    their transforms pickle, and the workers give the same batches as the main process."""
+    from vit_scratch.data import ModelTransform, make_datasets
+
+    root = make_image_folder(tmp_path / "pets", per_class=6)
+    train, test = make_datasets(str(root), DIGITS16,
+                                augment=ModelTransform(DIGITS16, color_jitter=0.1))
+    both = torch.utils.data.ConcatDataset([test, train])  # plain, then augmented
+    loader = torch.utils.data.DataLoader(both, batch_size=1, num_workers=2,
+                                         multiprocessing_context="spawn")
+    batches = list(loader)
+    assert len(batches) == len(test) + len(train) == 12
+    for (x, y), i in zip(batches, range(len(test))):  # the plain ones: as in the main process
+        x0, y0 = test[i]
+        assert torch.equal(x[0], x0) and int(y) == y0
+    assert all(x.shape == (1, 1, 16, 16) for x, _ in batches)
+
+
+def test_a_missing_extra_is_named(monkeypatch):
+    from vit_scratch.data import load_digits
+
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    with pytest.raises(ModuleNotFoundError, match=r"the digits data set .* needs scikit-learn, "
+                                                  r"which is not installed: pip install -e "
+                                                  r"'\.\[train\]'"):
+        load_digits()

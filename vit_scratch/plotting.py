@@ -337,45 +337,76 @@ def plot_layer_head_maps(img: np.ndarray, maps: np.ndarray, boxes=None, title: s
     return fig
 
 
-def plot_training_curves(history: list[dict], axes=None, title: str | None = None):
-    """Loss and accuracy per epoch (train and test) from the trainer's history (a list of
-    dicts with ``epoch``, ``train_loss``, ``test_loss``, ``train_accuracy``, ``test_accuracy``).
-    ``axes``: two matplotlib axes, or None for a new figure.  Returns the two axes."""
-    if axes is None:
-        import matplotlib.pyplot as plt
+def plot_training_curves(history: list[dict], axes=None, title: str | None = None,
+                         selected_epoch: int | None = None, test_accuracy: float | None = None,
+                         label_smoothing: float | None = None):
+    """Loss and accuracy per epoch from the trainer's history (dicts with ``epoch``,
+    ``train_cross_entropy``, ``val_loss``, ``train_accuracy``, ``val_accuracy``).
 
-        _, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-    _draw_curves(history, axes, title)
+    Both losses are the plain cross-entropy, so they share an honest axis (the trainer
+    minimises it with label smoothing ``label_smoothing``, which the axis label states); the
+    training curves are measured on augmented batches in training mode.  Epoch ticks are
+    integers, the legend sits below the panels, and ``selected_epoch`` (the checkpoint the test
+    used) is marked, with ``test_accuracy`` in the title.  ``axes``: two matplotlib axes, or
+    None for a new figure.  Returns the two axes."""
+    if axes is None:
+        from .extras import require
+
+        plt = require("matplotlib.pyplot", "drawing the training curves")
+        _, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    _draw_curves(history, axes, title, selected_epoch, test_accuracy, label_smoothing)
     return axes
 
 
-def _draw_curves(history, axes, title):
+def _draw_curves(history, axes, title, selected_epoch, test_accuracy, label_smoothing):
+    from matplotlib.ticker import MaxNLocator
+
     epochs = [h["epoch"] for h in history]
     loss_ax, acc_ax = axes
-    loss_ax.plot(epochs, [h["train_loss"] for h in history], label="train (augmented)")
-    loss_ax.plot(epochs, [h["test_loss"] for h in history], label="test")
-    loss_ax.set_xlabel("epoch")
+    series = (("train (augmented)", "train_cross_entropy", "train_accuracy", "C0"),
+              ("validation", "val_loss", "val_accuracy", "C1"))
+    for label, loss_key, acc_key, color in series:
+        loss_ax.plot(epochs, [h[loss_key] for h in history], color=color, label=label)
+        acc_ax.plot(epochs, [h[acc_key] for h in history], color=color, label=label)
     loss_ax.set_ylabel("cross-entropy")
-    loss_ax.legend()
-    acc_ax.plot(epochs, [h["train_accuracy"] for h in history], label="train (augmented)")
-    acc_ax.plot(epochs, [h["test_accuracy"] for h in history], label="test")
-    acc_ax.set_xlabel("epoch")
     acc_ax.set_ylabel("accuracy")
-    acc_ax.set_ylim(max(0.0, min(h["test_accuracy"] for h in history) - 0.05), 1.0)
-    acc_ax.legend(loc="lower right")
-    best = history[-1]["test_accuracy"]
-    acc_ax.set_title(f"final test accuracy {best:.4f}", fontsize=9)
-    if title:
-        loss_ax.set_title(title, fontsize=9)
+    lowest = min(min(h["val_accuracy"], h["train_accuracy"]) for h in history)
+    acc_ax.set_ylim(max(0.0, lowest - 0.05), 1.0)
+    for ax in axes:
+        ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    best = max(history, key=lambda h: (h["val_accuracy"], -h["val_loss"]))
+    summary = f"best validation {best['val_accuracy']:.4f} (epoch {best['epoch']})"
+    if selected_epoch is not None:
+        chosen = history[[h["epoch"] for h in history].index(selected_epoch)]
+        for ax in axes:
+            ax.axvline(selected_epoch, color="0.5", linestyle=":", lw=1,
+                       label=f"tested: epoch {selected_epoch}")
+        acc_ax.plot([selected_epoch], [chosen["val_accuracy"]], "o", color="C1", ms=5)
+        if test_accuracy is not None:
+            summary += f"; test {test_accuracy:.4f} (epoch {selected_epoch})"
+    acc_ax.set_title(summary, fontsize=8)
+    note = (f"both without label smoothing (trained with {label_smoothing:g})"
+            if label_smoothing else "")
+    loss_ax.set_title("\n".join(t for t in (title, note) if t), fontsize=8)
+    handles, labels = loss_ax.get_legend_handles_labels()
+    figure = loss_ax.figure
+    figure.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8,
+                  frameon=False)
+    figure.subplots_adjust(bottom=0.28, wspace=0.3)
 
 
-def save_training_curves(history: list[dict], path, title: str | None = None) -> None:
-    """``plot_training_curves`` into a PNG file, without pyplot (safe in scripts and threads)."""
+def save_training_curves(history: list[dict], path, title: str | None = None, **marks) -> None:
+    """``plot_training_curves`` into a PNG file, without pyplot (safe in scripts and threads);
+    ``marks``: ``selected_epoch``, ``test_accuracy``, ``label_smoothing``."""
+    from .extras import require
+
+    require("matplotlib", "drawing the training curves")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(9, 3.2))
+    fig = Figure(figsize=(9, 3.6))
     FigureCanvasAgg(fig)
-    _draw_curves(history, fig.subplots(1, 2), title)
-    fig.tight_layout()
+    _draw_curves(history, fig.subplots(1, 2), title, marks.get("selected_epoch"),
+                 marks.get("test_accuracy"), marks.get("label_smoothing"))
     fig.savefig(str(path), dpi=80)

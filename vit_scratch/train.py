@@ -1,136 +1,203 @@
 """Train any registered model on offline data -- the course's training command.
 
-    python -m vit_scratch.train --model vit_digits --data digits --epochs 40 --out runs/vit
+    python -m vit_scratch.train --model coat_digits --data digits --epochs 12 --out runs/coat
     python -m vit_scratch.train --model coat_lite_digits --data my_pictures/ --out runs/mine
-    python -m vit_scratch.train --out runs/vit --resume         # continue after a crash / Ctrl-C
-    python -m vit_scratch.train --help                          # every option, with its default
+    python -m vit_scratch.train --out runs/coat --resume            # after a crash or Ctrl-C
+    python -m vit_scratch.train --out runs/coat --resume --epochs 20   # extend a finished run
+    torchrun --standalone --nproc_per_node 2 -m vit_scratch.train ...  # several processes
+    python -m vit_scratch.train --help                  # every option, with its default
 
-What it does, in order:
+``train(settings)`` reads top to bottom: set-up, the loop, save.
 
-1. **Checks every argument** (model and data names, numbers, the device, the ``--out`` folder)
-   before it builds anything, and refuses to write over a run unless ``--overwrite``.
-2. Builds the model (``--model``, ``--model-arg key=value``) and the data (``--data``), which
-   follows the model: resized to its input size and normalised with its mean and std
-   (``vit_scratch.data.make_datasets``); the model gets as many classes as the data has.
-3. Trains with a scaled-down DeiT recipe: AdamW with weight decay on the weight matrices only
+1. **Set-up.**  Every setting is checked (model and data names, numbers, the device, the
+   ``--out`` folder) before anything is built, and a run is never written over unless
+   ``--overwrite``.  The model (``--model``, ``--model-arg key=value``) gets as many classes as
+   the data has; the data follows the model: resized to its input size and normalised with its
+   mean and std (``vit_scratch.data.make_datasets``).  ``--val-fraction`` of each class of the
+   training split is held out for validation (stratified).
+2. **The loop.**  A scaled-down DeiT recipe: AdamW with weight decay on the weight matrices only
    (the model names the tokens and embeddings that skip it, ``model.no_weight_decay()``),
    linear warm-up then cosine decay, label smoothing, stochastic depth, and optionally a random
-   affine augmentation (``--rotate``, ``--translate``, ``--scale``) -- on a GPU in bf16
-   autocast, optionally ``torch.compile``-d.
-4. Evaluates on the test split every epoch and saves ``DIR/checkpoint.safetensors`` and
-   ``DIR/trainer_state.pt`` (optimizer, schedule position, random states) after every epoch, so
-   a crash or Ctrl-C loses at most one epoch and ``--resume`` continues bit for bit.
-5. At the end writes ``DIR/metrics.json`` (``test_accuracy``, ``train_seconds``,
-   ``cpu_seconds``, ``params``, the per-epoch history) and ``DIR/curves.png``.
+   affine augmentation (``--rotate``, ``--translate``, ``--scale``;
+   ``vit_scratch.data.random_affine``) and, for photos, flips, random resized crops and colour
+   jitter (torchvision's transforms v2) -- on a GPU in bf16 autocast, optionally
+   ``torch.compile``-d; under ``torchrun`` in several processes
+   (``vit_scratch.distributed``).  After every epoch the validation split is evaluated, the
+   best epoch kept (``--patience`` stops early), and the run folder
+   (``vit_scratch.run_folder``) gets the weights and everything ``--resume`` needs.
+3. **Save.**  The test split is evaluated once, on the checkpoint ``--select`` chooses (the
+   best validation accuracy, or the last epoch); then ``metrics.json`` and ``curves.png``.
 
-The defaults are the recipe for scikit-learn's 8×8 digits (README, "Training"): 40 epochs of
-batches of 32, peak learning rate 1.5e-3, weight decay 0.3, label smoothing 0.1, and a gentle
-random affine augmentation (±8°, ±5% shift, ±8% zoom).  It works together with the ``*_digits``
-configs, which enlarge the digits (bilinear) before cutting patches -- ``vit_digits`` sees
-24×24 images in 6×6 patches: the same 4×4 grid of tokens as 2×2 patches of the original, but
-each patch overlaps its neighbours a little and the sub-pixel augmentation stays sharp.  On the
-8×8 original the same augmentation blurs and a one-pixel shift moves a digit by an eighth of
-its width; there, no augmentation was best (~96%).  Enlarged and augmented: ~98.8%.
+Which is which: the recipe (``param_groups``, ``lr_at``, ``train_step``, ``evaluate``, the
+affine augmentation) is written here by hand, to be read; the infrastructure comes from the
+libraries of its field -- ``torch.utils.data`` (loaders, ``DistributedSampler``),
+``torch.distributed`` and ``DistributedDataParallel``, torchvision's ``ImageFolder`` and
+transforms v2, scikit-learn's stratified split and metrics, tqdm, matplotlib.  The schedule is
+``lr_at`` rather than ``torch.optim.lr_scheduler``: PyTorch's ``LinearLR`` + ``CosineAnnealingLR``
+chained with ``SequentialLR`` give the same curve only up to the off-by-one of their step
+counts, and one formula that is set per step is easier to read and to resume.
+
+The settings are one dataclass, :class:`TrainSettings`: each field carries its help text, and
+the command line is generated from it.  Its defaults are the recipe for scikit-learn's 8×8
+digits (README, "Training"): 40 epochs of batches of 32, peak learning rate 1.5e-3, weight decay
+0.3, label smoothing 0.1, and a gentle random affine augmentation (±8°, ±5% shift, ±8% zoom).
+It works together with the ``*_digits`` configs, which enlarge the digits (bilinear) before
+cutting patches -- ``vit_digits`` sees 24×24 images in 6×6 patches: the same 4×4 grid of tokens
+as 2×2 patches of the original, but each patch overlaps its neighbours a little and the
+sub-pixel augmentation stays sharp.  On the 8×8 original the same augmentation blurs and a
+one-pixel shift moves a digit by an eighth of its width; there, no augmentation was best
+(~96%).  Enlarged and augmented: ~98.8%.
 """
 from __future__ import annotations
 
+import os
+
+if __name__ == "__main__":  # the command line: set before PyTorch starts its OpenMP threads
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # (see auto_threads)
+
 import argparse
 import ast
-import json
 import math
-import os
 import sys
 import time
+import typing
+import warnings
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import NamedTuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .data import check_data, make_datasets
-from .models import create_model, get_config, get_pretrained_cfg
-from .weights import CheckpointError, load_checkpoint, read_state_dict, save_checkpoint
+from . import distributed, run_folder
+from .data import (ModelTransform, check_data, data_classes, make_datasets, random_affine,
+                   validation_split)
+from .models import create_model, get_config
+from .run_folder import BEST, CHECKPOINT, CURVES, METRICS, STATE
+from .weights import CheckpointError, load_checkpoint, read_state_dict
 
-# The files of a run folder.
-CHECKPOINT = "checkpoint.safetensors"  # the model weights (vit_scratch.load_checkpoint reads it)
-STATE = "trainer_state.pt"  # what --resume needs: optimizer, epoch, random states, history
-CONFIG = "config.json"  # the TrainConfig, the model's config and the class names
-METRICS = "metrics.json"  # written once the run is finished
-CURVES = "curves.png"
-RUN_FILES = (CHECKPOINT, STATE, CONFIG, METRICS, CURVES)
 
-#: Options that may change when a run is resumed (they do not change what is computed).
-RESUMABLE_CHANGES = ("device", "precision", "compile", "workers", "threads", "progress", "out")
+def parse_model_arg(text: str) -> tuple[str, object]:
+    """``"depth=6"`` -> ``("depth", 6)``; values are Python literals, else strings."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--model-arg takes KEY=VALUE, got {text!r}")
+    try:
+        return key, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return key, value
+
+
+def setting(default, help: str, *, metavar: str | None = None, choices=None,
+            flag: str | None = None, parse=None):
+    """A field of :class:`TrainSettings` with what its command-line option needs: the help
+    text, and optionally the metavar, the choices, another flag than ``--field-name`` and a
+    parser of one value (``parse``; the option is then repeatable and collects a dict)."""
+    metadata = {"help": help, "metavar": metavar, "choices": choices, "flag": flag,
+                "parse": parse}
+    if default is dict:
+        return field(default_factory=dict, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass
-class TrainConfig:
-    """Everything that fixes a training run.  ``python -m vit_scratch.train --help`` explains
-    each field; the defaults are the README's digits command."""
+class TrainSettings:
+    """Everything that fixes a training run; ``python -m vit_scratch.train --help`` lists the
+    same fields as options.  The defaults are the README's digits recipe."""
 
-    model: str = "vit_digits"
-    model_kwargs: dict = field(default_factory=dict)
-    data: str = "digits"
-    test_fraction: float = 0.2
-    split_seed: int = 0
-    epochs: int = 40
-    batch_size: int = 32
-    lr: float = 1.5e-3
-    weight_decay: float = 0.3
-    warmup_epochs: float | None = None  # None: min(2, epochs / 10)
-    label_smoothing: float = 0.1
-    rotate: float = 8.0
-    translate: float = 0.05
-    scale: float = 0.08
-    seed: int = 0
-    init: str | None = None
-    device: str = "auto"
-    precision: str = "auto"
-    compile: bool = False
-    workers: int = 0
-    threads: int = 0
-    progress: str = "auto"
-    out: str | None = None
+    model: str = setting(
+        "vit_digits", "model to train: any registered name (python -c 'import vit_scratch; "
+        "print(vit_scratch.list_models())')", metavar="NAME")
+    model_kwargs: dict = setting(
+        dict, "override a field of the model's config, repeatable (e.g. --model-arg depth=6 "
+        "--model-arg embed_dim=96)", flag="--model-arg", metavar="KEY=VALUE",
+        parse=parse_model_arg)
+    init: str | None = setting(
+        None, "start from the weights in this checkpoint file (fine-tuning); its head is "
+        "replaced when the number of classes differs (default: none, train from scratch)",
+        metavar="FILE")
+    data: str = setting(
+        "digits", "'digits' (scikit-learn's 8×8 digits), 'digits_on_canvas' (the localisation "
+        "set), or a folder of pictures with one subfolder per class (train/ and test/ "
+        "subfolders, and val/, if present, are the split)", metavar="NAME|DIR")
+    test_fraction: float = setting(
+        0.2, "share of each class held out for testing (when the data has no split)",
+        metavar="F")
+    val_fraction: float = setting(
+        0.1, "share of each class of the training split held out for validation: it selects "
+        "the checkpoint (--select) and stops early (--patience); the test split is used once, "
+        "at the end", metavar="F")
+    split_seed: int = setting(0, "fixes which images are in the test and validation splits",
+                              metavar="N")
+    bad_images: str = setting(
+        "error", "pictures of a folder that do not decode: 'error' refuses them before "
+        "training, naming them; 'skip' leaves them out with a warning naming them",
+        choices=("error", "skip"))
+    epochs: int = setting(40, "passes over the training data", metavar="N")
+    batch_size: int = setting(
+        32, "images per optimisation step, in all (several processes under torchrun share "
+        "each batch)", metavar="N")
+    accum_steps: int = setting(
+        1, "split each process's share of a batch into this many parts whose gradients add up "
+        "(the same step with less memory)", metavar="N")
+    lr: float = setting(1.5e-3, "peak learning rate of AdamW, reached after the warm-up",
+                        metavar="LR")
+    weight_decay: float = setting(0.3, "AdamW weight decay, on weight matrices and kernels only",
+                                  metavar="WD")
+    warmup_epochs: float | None = setting(
+        None, "epochs of linear warm-up before the cosine decay to 0, may be fractional "
+        "(default: 2, or a tenth of --epochs if that is less)", metavar="N")
+    label_smoothing: float = setting(0.1, "share of the target spread over the other classes",
+                                     metavar="F")
+    rotate: float = setting(8.0, "augmentation: random rotation, up to this many degrees either "
+                                 "way (0: off)", metavar="DEG")
+    translate: float = setting(0.05, "augmentation: random shift, up to this fraction of the "
+                                     "image side (0: off)", metavar="F")
+    scale: float = setting(0.08, "augmentation: random zoom by a factor in [1 - scale, "
+                                 "1 + scale] (0: off)", metavar="F")
+    flip: bool = setting(False, "augmentation for folders of photos: random horizontal flip")
+    crop_scale: float = setting(
+        0.0, "augmentation for folders of photos: random resized crop keeping a share in "
+        "[F, 1] of the picture's area, instead of the centre crop (0: off)", metavar="F")
+    color_jitter: float = setting(
+        0.0, "augmentation for folders of photos: random brightness, contrast and saturation "
+        "by a factor in [1 - F, 1 + F] (0: off)", metavar="F")
+    seed: int = setting(0, "seeds the initialisation, the data order, the augmentation and "
+                           "dropout", metavar="N")
+    select: str = setting(
+        "best", "the checkpoint the final test uses: 'best' (the epoch of the best validation "
+        "accuracy, saved as best.safetensors) or 'last'", choices=("best", "last"))
+    patience: int | None = setting(
+        None, "stop after this many epochs without a better validation accuracy (default: "
+        "never)", metavar="N")
+    device: str = setting("auto", "'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:N' "
+                                  "or 'mps'", metavar="DEVICE")
+    precision: str = setting("auto", "'auto' (bf16 autocast on a GPU that supports it, else "
+                                     "fp32), 'fp32' or 'bf16'", choices=("auto", "fp32", "bf16"))
+    compile: bool = setting(False, "torch.compile the model (GPU only; skipped with a note on "
+                                   "the CPU)")
+    workers: int = setting(0, "DataLoader worker processes (0: load in the main process)",
+                           metavar="N")
+    threads: int = setting(
+        0, "CPU threads for PyTorch (default 0: this machine's cores shared among its training "
+        "processes; fewer on busy cores unless OpenMP threads wait passively, as this command "
+        "sets them to)", metavar="N")
+    progress: str = setting("auto", "progress bar within each epoch: 'auto' (only when stderr is "
+                                    "a terminal), 'on', 'off'", choices=("auto", "on", "off"))
+    out: str | None = setting(
+        None, "run folder for checkpoint.safetensors, best.safetensors, trainer_state.pt, "
+        "settings.json, metrics.csv, metrics.json, curves.png (default: runs/MODEL-DATA)",
+        metavar="DIR")
 
 
-HELP = {
-    "model": "model to train: any registered name (python -c 'import vit_scratch; "
-             "print(vit_scratch.list_models())')",
-    "data": "'digits' (scikit-learn's 8×8 digits), 'digits_on_canvas' (the localisation set), or "
-            "a folder of images with one subfolder per class (train/ and test/ subfolders, if "
-            "present, are the split)",
-    "test_fraction": "share of each class held out for testing (when the data has no split)",
-    "split_seed": "fixes which images are in the test split",
-    "epochs": "passes over the training data",
-    "batch_size": "images per optimisation step",
-    "lr": "peak learning rate of AdamW, reached after the warm-up",
-    "weight_decay": "AdamW weight decay, on weight matrices and kernels only",
-    "warmup_epochs": "epochs of linear warm-up before the cosine decay to 0, may be fractional "
-                     "(default: 2, or a tenth of --epochs if that is less)",
-    "label_smoothing": "share of the target spread over the other classes",
-    "rotate": "augmentation: random rotation, up to this many degrees either way (0: off)",
-    "translate": "augmentation: random shift, up to this fraction of the image side (0: off)",
-    "scale": "augmentation: random zoom by a factor in [1 - scale, 1 + scale] (0: off)",
-    "seed": "seeds the initialisation, the data order, the augmentation and dropout",
-    "init": "start from the weights in this checkpoint file (fine-tuning); its head is replaced "
-            "when the number of classes differs (default: none, train from scratch)",
-    "device": "'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:N' or 'mps'",
-    "precision": "'auto' (bf16 autocast on a GPU that supports it, else fp32), 'fp32' or 'bf16'",
-    "compile": "torch.compile the model (GPU only; skipped with a note on the CPU)",
-    "workers": "DataLoader worker processes (0: load in the main process)",
-    "threads": "CPU threads for PyTorch (0: PyTorch's default, one per core)",
-    "progress": "progress bar within each epoch: 'auto' (only when stderr is a terminal), 'on', "
-                "'off'",
-    "out": "run folder for checkpoint.safetensors, trainer_state.pt, config.json, metrics.json, "
-           "curves.png (default: runs/MODEL-DATA)",
-}
+# --- checking the settings ----------------------------------------------------------------------
 
-
-# --- checking the arguments -------------------------------------------------------------------
-
-def default_out(cfg: TrainConfig) -> str:
-    data = cfg.data if cfg.data in ("digits", "digits_on_canvas") else Path(cfg.data).name
-    return str(Path("runs") / f"{cfg.model}-{data}")
+def default_out(settings: TrainSettings) -> str:
+    data = settings.data if settings.data in ("digits", "digits_on_canvas") else \
+        Path(settings.data).name
+    return str(Path("runs") / f"{settings.model}-{data}")
 
 
 def resolve_device(device: str) -> torch.device:
@@ -171,111 +238,124 @@ def resolve_precision(precision: str, device: torch.device) -> torch.dtype | Non
     return torch.bfloat16 if precision == "bf16" else None  # bf16 on the CPU works, slowly
 
 
-def check_config(cfg: TrainConfig, own_data: bool = False) -> None:
-    """Every field of ``cfg`` that can be checked without building anything; a ``ValueError``
-    naming the option and the value otherwise.  ``own_data``: the caller brings the datasets
-    (``cfg.data`` is then only their name)."""
-    get_config(cfg.model)  # unknown names list the known ones
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def check_settings(settings: TrainSettings, own_data: bool = False,
+                   world: distributed.World = distributed.World()) -> None:
+    """Every setting that can be checked without building anything; a ``ValueError`` naming
+    the option and the value otherwise.  ``own_data``: the caller brings the datasets
+    (``settings.data`` is then only their name); ``world``: the processes torchrun started."""
+    get_config(settings.model)  # unknown names list the known ones
     try:
-        get_config(cfg.model, **{k: v for k, v in cfg.model_kwargs.items() if k != "num_classes"})
+        get_config(settings.model, **{k: v for k, v in settings.model_kwargs.items()
+                                      if k != "num_classes"})
     except TypeError as error:  # an unknown field: say which option it came from
         raise ValueError(f"--model-arg: {error}") from None
     if not own_data:
-        check_data(cfg.data)
-    for name in ("epochs", "batch_size"):
-        value = getattr(cfg, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        check_data(settings.data)
+    for name in ("epochs", "batch_size", "accum_steps"):
+        value = getattr(settings, name)
+        if not _positive_int(value):
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got "
                              f"{value!r}")
-    if not 0.0 < cfg.test_fraction < 1.0:
-        raise ValueError(f"--test-fraction must be in (0, 1), got {cfg.test_fraction!r}")
-    if not (math.isfinite(cfg.lr) and cfg.lr > 0):
-        raise ValueError(f"--lr must be a positive number, got {cfg.lr!r}")
-    if not (math.isfinite(cfg.weight_decay) and cfg.weight_decay >= 0):
-        raise ValueError(f"--weight-decay must be >= 0, got {cfg.weight_decay!r}")
-    if not 0.0 <= warmup_epochs(cfg) <= cfg.epochs:
-        raise ValueError(f"--warmup-epochs must be in [0, --epochs={cfg.epochs}], got "
-                         f"{cfg.warmup_epochs!r}")
-    if not 0.0 <= cfg.label_smoothing < 1.0:
-        raise ValueError(f"--label-smoothing must be in [0, 1), got {cfg.label_smoothing!r}")
-    if not 0.0 <= cfg.rotate <= 180.0:
-        raise ValueError(f"--rotate must be in [0, 180] degrees, got {cfg.rotate!r}")
-    if not 0.0 <= cfg.translate < 1.0:
+    if settings.patience is not None and not _positive_int(settings.patience):
+        raise ValueError(f"--patience must be a positive integer (epochs without a better "
+                         f"validation accuracy), got {settings.patience!r}")
+    for name in ("test_fraction", "val_fraction"):
+        value = getattr(settings, name)
+        if not (isinstance(value, (int, float)) and 0.0 < value < 1.0):
+            raise ValueError(f"--{name.replace('_', '-')} must be in (0, 1), got {value!r}")
+    if settings.select not in ("best", "last"):
+        raise ValueError(f"--select must be 'best' or 'last', got {settings.select!r}")
+    if settings.bad_images not in ("error", "skip"):
+        raise ValueError(f"--bad-images must be 'error' or 'skip', got {settings.bad_images!r}")
+    if not (math.isfinite(settings.lr) and settings.lr > 0):
+        raise ValueError(f"--lr must be a positive number, got {settings.lr!r}")
+    if not (math.isfinite(settings.weight_decay) and settings.weight_decay >= 0):
+        raise ValueError(f"--weight-decay must be >= 0, got {settings.weight_decay!r}")
+    if not 0.0 <= warmup_epochs(settings) <= settings.epochs:
+        raise ValueError(f"--warmup-epochs must be in [0, --epochs={settings.epochs}], got "
+                         f"{settings.warmup_epochs!r}")
+    if not 0.0 <= settings.label_smoothing < 1.0:
+        raise ValueError(f"--label-smoothing must be in [0, 1), got {settings.label_smoothing!r}")
+    if not 0.0 <= settings.rotate <= 180.0:
+        raise ValueError(f"--rotate must be in [0, 180] degrees, got {settings.rotate!r}")
+    if not 0.0 <= settings.translate < 1.0:
         raise ValueError(f"--translate must be in [0, 1) (a fraction of the image side), got "
-                         f"{cfg.translate!r}")
-    if not 0.0 <= cfg.scale < 1.0:
-        raise ValueError(f"--scale must be in [0, 1), got {cfg.scale!r}")
+                         f"{settings.translate!r}")
+    if not 0.0 <= settings.scale < 1.0:
+        raise ValueError(f"--scale must be in [0, 1), got {settings.scale!r}")
+    if not 0.0 <= settings.crop_scale <= 1.0:
+        raise ValueError(f"--crop-scale must be in [0, 1] (a share of the picture's area; 0: "
+                         f"off), got {settings.crop_scale!r}")
+    if not 0.0 <= settings.color_jitter <= 1.0:
+        raise ValueError(f"--color-jitter must be in [0, 1], got {settings.color_jitter!r}")
     for name in ("workers", "threads"):
-        value = getattr(cfg, name)
+        value = getattr(settings, name)
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"--{name} must be an integer >= 0, got {value!r}")
-    if cfg.progress not in ("auto", "on", "off"):
-        raise ValueError(f"--progress must be 'auto', 'on' or 'off', got {cfg.progress!r}")
-    resolve_precision(cfg.precision, resolve_device(cfg.device))
-    if cfg.init is not None:
-        path = Path(cfg.init)
-        if not path.is_file():
-            raise ValueError(f"--init {cfg.init!r}: no such checkpoint file")
+    if settings.progress not in ("auto", "on", "off"):
+        raise ValueError(f"--progress must be 'auto', 'on' or 'off', got {settings.progress!r}")
+    device = resolve_device(settings.device)
+    resolve_precision(settings.precision, device)
+    if settings.init is not None and not Path(settings.init).is_file():
+        raise ValueError(f"--init {settings.init!r}: no such checkpoint file")
+    if world.size > 1:
+        if device.type == "mps":
+            raise ValueError("--device mps: torchrun's process group needs the CPU or CUDA GPUs")
+        if settings.batch_size % world.size:
+            raise ValueError(f"--batch-size {settings.batch_size} is not divisible by the "
+                             f"{world.size} processes torchrun started: each process takes an "
+                             f"equal share of every batch (use a multiple of {world.size})")
+    share = settings.batch_size // world.size
+    if settings.accum_steps > share:
+        raise ValueError(f"--accum-steps {settings.accum_steps} splits each process's "
+                         f"{share} images of a batch into more parts than images")
 
 
-def warmup_epochs(cfg: TrainConfig) -> float:
-    """``cfg.warmup_epochs``, or its default: 2 epochs, or a tenth of the run if that is less."""
-    return min(2.0, cfg.epochs / 10) if cfg.warmup_epochs is None else cfg.warmup_epochs
+def warmup_epochs(settings: TrainSettings) -> float:
+    """``settings.warmup_epochs``, or its default: 2 epochs, or a tenth of the run if that is
+    less."""
+    if settings.warmup_epochs is None:
+        return min(2.0, settings.epochs / 10)
+    return settings.warmup_epochs
 
 
-def run_state(out: Path) -> str:
-    """``'empty'`` (no run files), ``'finished'`` (metrics.json written) or ``'unfinished'``."""
-    if (out / METRICS).exists():
-        return "finished"
-    if any((out / name).exists() for name in (CHECKPOINT, STATE)):
-        return "unfinished"
-    return "empty"
+def auto_threads(world: distributed.World = distributed.World(), own: int = 0) -> int:
+    """The default ``--threads``: this machine's cores (those this process may run on) shared
+    among the training processes torchrun started on it -- all of them when PyTorch's OpenMP
+    threads wait passively (``OMP_WAIT_POLICY=PASSIVE``, which ``python -m vit_scratch.train``
+    sets unless the environment says otherwise), else no more than the cores the other running
+    programs leave free: the 1-minute load average, less the ``own`` threads this process has
+    been running.  Chosen again at the start of every epoch.
 
-
-def check_out(out: Path, resume: bool, overwrite: bool) -> str:
-    """Check the run folder before training: it must be a folder we can write to, and it must
-    not hold a run unless we resume it or may overwrite it.  Returns its ``run_state``."""
-    if out.suffix == ".safetensors" or (out.exists() and not out.is_dir()):
-        raise ValueError(f"--out {str(out)!r} must be a folder (the run writes several files "
-                         f"into it: {', '.join(RUN_FILES)})")
-    if resume and overwrite:
-        raise ValueError("--resume and --overwrite exclude each other")
-    state = run_state(out) if out.is_dir() else "empty"
-    if resume:
-        if state == "empty":
-            raise ValueError(f"--resume: {str(out)!r} holds no run to resume ({STATE} missing)")
-        if state == "finished":
-            raise ValueError(f"--resume: the run in {str(out)!r} is finished (see "
-                             f"{out / METRICS}); start a new one with another --out, or "
-                             f"--overwrite")
-        if not (out / STATE).exists() or not (out / CHECKPOINT).exists():
-            raise ValueError(f"--resume: {str(out)!r} lacks {STATE} or {CHECKPOINT}")
-    elif state != "empty" and not overwrite:
-        raise ValueError(f"--out {str(out)!r} already holds a{' finished' if state == 'finished' else 'n unfinished'} "
-                         f"run; pass --overwrite to replace it"
-                         f"{', or --resume to continue it' if state == 'unfinished' else ''}, "
-                         f"or choose another folder")
-    try:  # unwritable folders fail now, not after training
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write_test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as error:
-        raise ValueError(f"--out {str(out)!r} is not a folder we can write to: {error}") from None
-    return state
+    Why: on cores that other programs also use, OpenMP threads that spin while they wait for
+    each other collapse -- one epoch of the README's digits command took more than 420 s with
+    two spinning threads, 47 s with one, and 17 s with two passive ones (docs/training.md, "A
+    busy machine")."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = cores or 1
+    share = max(1, cores // world.local_size)
+    if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":
+        return share
+    others = (os.getloadavg()[0] - own) if hasattr(os, "getloadavg") else 0.0
+    free = max(1, math.floor(cores - max(0.0, others) + 0.5))
+    return min(share, free)
 
 
 # --- the pieces of training -------------------------------------------------------------------
 
-def build_model(cfg: TrainConfig, num_classes: int | None = None):
-    """The model of ``cfg``; ``num_classes`` (from the data) overrides the name's default."""
-    kwargs = dict(cfg.model_kwargs)
+def build_model(settings: TrainSettings, num_classes: int | None = None):
+    """The model of ``settings``; ``num_classes`` (from the data) overrides the name's default."""
+    kwargs = dict(settings.model_kwargs)
     if num_classes is not None:
         if kwargs.get("num_classes", num_classes) != num_classes:
             raise ValueError(f"--model-arg num_classes={kwargs['num_classes']} but the data has "
                              f"{num_classes} classes")
         kwargs["num_classes"] = num_classes
-    return create_model(cfg.model, **kwargs)
+    return create_model(settings.model, **kwargs)
 
 
 def count_params(model) -> int:
@@ -302,50 +382,67 @@ def lr_at(step: int, total: int, warmup: int, base: float) -> float:
     return 0.5 * base * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
-def random_affine(images: torch.Tensor, rotate: float, translate: float, scale: float,
-                  gen: torch.Generator) -> torch.Tensor:
-    """Rotate by U(-rotate, rotate) degrees, zoom by U(1 - scale, 1 + scale) and shift by
-    U(-translate, translate) of the image side, one draw per image; bilinear, edges repeated.
+def lr_schedule(optimizer, total: int, warmup: int, done: int = 0):
+    """:func:`lr_at`'s curve as PyTorch's schedulers (``torch.optim.lr_scheduler``):
+    ``LinearLR`` for the warm-up, then ``CosineAnnealingLR``, chained by ``SequentialLR``; the
+    same learning rates as ``lr_at`` to float rounding (tested).  Stepped ``done`` times: where
+    a resumed run stopped (the schedule's length may have changed: ``--resume --epochs N``)."""
+    from torch.optim import lr_scheduler
 
-    images (B, C, H, W) -> (B, C, H, W).  The random numbers come from ``gen`` (on the CPU,
-    so a run is the same on every device)."""
-    if rotate == 0 and translate == 0 and scale == 0:
-        return images
-    B = images.shape[0]
-    u = torch.rand(B, 4, generator=gen, dtype=torch.float32) * 2 - 1  # (B, 4) in [-1, 1)
-    angle = u[:, 0] * math.radians(rotate)
-    zoom = 1 + u[:, 1] * scale
-    shift = u[:, 2:] * translate * 2  # affine_grid's coordinates span 2 per image side
-    cos, sin = torch.cos(angle) / zoom, torch.sin(angle) / zoom
-    theta = torch.stack([torch.stack([cos, -sin, shift[:, 0]], 1),
-                         torch.stack([sin, cos, shift[:, 1]], 1)], 1)  # (B, 2, 3)
-    return affine(images, theta.to(images.device, images.dtype))
+    cosine = lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, total - warmup))
+    schedule = cosine
+    if warmup > 0:
+        ramp = lr_scheduler.LinearLR(optimizer, start_factor=1 / warmup, end_factor=1.0,
+                                     total_iters=max(1, warmup - 1))
+        schedule = lr_scheduler.SequentialLR(optimizer, [ramp, cosine], milestones=[warmup])
+    with warnings.catch_warnings():  # stepping without optimizer steps, on purpose
+        warnings.simplefilter("ignore", UserWarning)
+        for _ in range(done):
+            schedule.step()
+    return schedule
 
 
-def affine(images: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
-    """Resample ``images`` (B, C, H, W) at the affine map ``theta`` (B, 2, 3) of output to input
-    coordinates (``F.affine_grid``'s convention, [-1, 1] over the image); edges repeated."""
-    grid = F.affine_grid(theta, list(images.shape), align_corners=False)
-    return F.grid_sample(images, grid, mode="bilinear", padding_mode="border",
-                         align_corners=False)
+class Step(NamedTuple):
+    """What :func:`train_step` returns, for one process's share of the batch."""
+
+    loss: float  # the objective: cross-entropy with label smoothing
+    correct: int  # predictions that were right
+    cross_entropy: float  # the plain cross-entropy, comparable with the validation loss
 
 
 def train_step(model, images, labels, optimizer, label_smoothing: float = 0.0,
-               autocast_dtype: torch.dtype | None = None) -> tuple[float, int]:
-    """One optimisation step on a batch; returns (loss, number of correct predictions)."""
-    with torch.autocast(images.device.type, dtype=autocast_dtype or torch.bfloat16,
-                        enabled=autocast_dtype is not None):
-        logits = model(images)
-        loss = F.cross_entropy(logits.float(), labels, label_smoothing=label_smoothing)
+               autocast_dtype: torch.dtype | None = None, accum_steps: int = 1) -> Step:
+    """One optimisation step on a batch: the mean loss over its images, its gradient, AdamW.
+
+    ``accum_steps`` > 1 splits the batch into that many parts and adds their gradients up
+    (each part's summed loss over the batch's image count) before the one step: the same step
+    with less memory.  Under DDP, only the last part's backward averages the gradients of the
+    processes (``no_sync`` before)."""
+    n = len(labels)
+    parts = [(x, y) for x, y in zip(images.tensor_split(accum_steps),
+                                    labels.tensor_split(accum_steps)) if len(y)]
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    loss_sum, ce_sum, correct = 0.0, 0.0, 0
+    for i, (x, y) in enumerate(parts):
+        last = i == len(parts) - 1
+        with (nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()):
+            with torch.autocast(x.device.type, dtype=autocast_dtype or torch.bfloat16,
+                                enabled=autocast_dtype is not None):
+                logits = model(x).float()
+            loss = F.cross_entropy(logits, y, label_smoothing=label_smoothing,
+                                   reduction="sum") / n
+            loss.backward()
+        loss_sum += loss.item()
+        with torch.no_grad():
+            ce_sum += F.cross_entropy(logits, y, reduction="sum").item() / n
+            correct += (logits.argmax(-1) == y).sum().item()
     optimizer.step()
-    return loss.item(), (logits.argmax(-1) == labels).sum().item()
+    return Step(loss_sum, correct, ce_sum)
 
 
 @torch.no_grad()
 def evaluate(model, loader, device, autocast_dtype: torch.dtype | None = None) -> dict:
-    """Mean cross-entropy and accuracy of ``model`` over ``loader``."""
+    """Mean cross-entropy and accuracy of ``model`` over ``loader``, and the image count."""
     model.eval()
     loss_sum, correct, count = 0.0, 0, 0
     for images, labels in loader:
@@ -356,7 +453,17 @@ def evaluate(model, loader, device, autocast_dtype: torch.dtype | None = None) -
         loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
         correct += (logits.argmax(-1) == labels).sum().item()
         count += len(labels)
-    return {"loss": loss_sum / count, "accuracy": correct / count}
+    return {"loss": loss_sum / max(1, count), "accuracy": correct / max(1, count),
+            "count": count}
+
+
+def evaluate_everywhere(model, loader, device, autocast_dtype=None) -> dict:
+    """:func:`evaluate` of this process's share, added up over all processes."""
+    part = evaluate(model, loader, device, autocast_dtype)
+    loss_sum, correct, count = distributed.sum_over_processes(
+        [part["loss"] * part["count"], part["accuracy"] * part["count"], part["count"]], device)
+    return {"loss": loss_sum / max(1, count), "accuracy": round(correct) / max(1, count),
+            "count": round(count)}
 
 
 def init_from(model, path) -> None:
@@ -383,349 +490,492 @@ def class_names(dataset) -> list[str]:
     classes = getattr(dataset, "classes", None)
     if classes:
         return [str(c) for c in classes]
-    labels = getattr(dataset, "targets", None)
-    if labels is None:
-        labels = [int(dataset[i][1]) for i in range(len(dataset))]
-    return [str(c) for c in range(int(max(int(y) for y in labels)) + 1)]
+    from .data import dataset_labels
+
+    return [str(c) for c in range(int(dataset_labels(dataset).max()) + 1)]
 
 
-def _save_atomic(write, path: Path) -> None:
-    """Write to a temporary file next to ``path``, then rename: a crash never leaves half a file."""
-    tmp = path.with_name(f".tmp-{path.name}")
-    write(tmp)
-    os.replace(tmp, path)
-
-
-def rng_states(gens: dict[str, torch.Generator], device: torch.device) -> dict:
-    states = {name: g.get_state() for name, g in gens.items()}
-    states["torch"] = torch.get_rng_state()
-    if device.type == "cuda":
-        states["cuda"] = torch.cuda.get_rng_state(device)
-    return states
-
-
-def set_rng_states(states: dict, gens: dict[str, torch.Generator], device: torch.device) -> None:
-    for name, g in gens.items():
-        g.set_state(states[name])
-    torch.set_rng_state(states["torch"])
-    if device.type == "cuda" and "cuda" in states:
-        torch.cuda.set_rng_state(states["cuda"], device)
-
-
-def _json_ready(value):
-    if isinstance(value, tuple):
-        return list(value)
-    return value
-
-
-# --- the run ----------------------------------------------------------------------------------
-
-def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False, log=print,
-          on_epoch_end=None, datasets=None) -> dict:
-    """Check ``cfg``, build the data and the model, train, save as it goes; returns a dict with
-    ``model`` (the trained model), ``history``, ``test_accuracy``, ``train_seconds``,
-    ``cpu_seconds``, ``params``, ``out``.
-
-    ``resume=True`` continues the unfinished run in ``cfg.out`` exactly where its last saved
-    epoch ended; ``overwrite=True`` replaces a run there.  ``on_epoch_end(epoch, record)`` is
-    called after each epoch has been saved.  ``cfg.out=None`` trains without saving.
-
-    ``datasets=(train_set, test_set)``: any PyTorch datasets of ``(image, label)`` pairs, images
-    already shaped as the model expects (e.g. torchvision's, with your own transforms); then
-    ``cfg.data`` only names them.  The model gets ``len(train_set.classes)`` classes if the
-    dataset has ``.classes``, else one more than the largest label."""
-    check_config(cfg, own_data=datasets is not None)
-    out = Path(cfg.out) if cfg.out is not None else None
-    if out is not None:
-        replace = check_out(out, resume, overwrite) != "empty" and overwrite
-    elif resume:
-        raise ValueError("resume needs the run folder (--out)")
-    device = resolve_device(cfg.device)
-    autocast_dtype = resolve_precision(cfg.precision, device)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-
-    state, model = None, None
-    if resume:  # check the saved run against cfg before building the data
-        state = torch.load(out / STATE, map_location="cpu", weights_only=True)
-        check_same_run(cfg, state["config"], out)
-        saved_classes = json.loads((out / CONFIG).read_text())["classes"]
-        model = build_model(cfg, len(saved_classes) or None)
-        try:  # a run of another model: CheckpointError naming the mismatched keys
-            load_checkpoint(model, out / CHECKPOINT)
-        except CheckpointError as error:
-            raise CheckpointError(f"--resume: the run in {str(out)!r} was trained with --model "
-                                  f"{state['config']['model']} {state['config']['model_kwargs']}"
-                                  f", not {cfg.model} {cfg.model_kwargs}: {error}") from None
-        model.load_state_dict(state["model"])  # the weights of the last saved epoch
-
-    # The data, shaped as the model's pretrained_cfg says; then the model, with its classes.
-    pretrained_cfg = get_pretrained_cfg(cfg.model, **cfg.model_kwargs)
-    if datasets is None:
-        train_set, test_set = make_datasets(cfg.data, pretrained_cfg, cfg.test_fraction,
-                                            cfg.split_seed)
-    else:
-        train_set, test_set = datasets
-    classes = class_names(train_set)
-    if resume and classes != saved_classes:
-        raise ValueError(f"--resume: the data's classes {classes} are not the run's "
-                         f"{saved_classes}")
-    if model is None:
-        torch.manual_seed(cfg.seed)
-        model = build_model(cfg, len(classes) or None)
-        if cfg.init is not None:
-            init_from(model, cfg.init)
-    model.to(device)
-    params = count_params(model)
-
-    gens = {"loader": torch.Generator().manual_seed(cfg.seed),
-            "augment": torch.Generator().manual_seed(cfg.seed + 1)}
-    train_loader = torch.utils.data.DataLoader(
-        train_set, batch_size=cfg.batch_size, shuffle=True, generator=gens["loader"],
-        num_workers=cfg.workers, pin_memory=device.type == "cuda")
-    test_loader = torch.utils.data.DataLoader(
-        test_set, batch_size=max(256, cfg.batch_size), num_workers=cfg.workers)
-    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr)
-    steps_per_epoch = len(train_loader)
-    total, warmup = cfg.epochs * steps_per_epoch, round(warmup_epochs(cfg) * steps_per_epoch)
-
-    history, first_epoch, train_seconds, cpu_seconds = [], 0, 0.0, 0.0
-    if state is not None:
-        optimizer.load_state_dict(state["optimizer"])
-        set_rng_states(state["rng"], gens, device)
-        history, first_epoch = list(state["history"]), int(state["epoch"])
-        train_seconds, cpu_seconds = float(state["train_seconds"]), float(state["cpu_seconds"])
-        log(f"resuming {out} after epoch {first_epoch}/{cfg.epochs}")
-
-    runner = model
-    if cfg.compile:
-        if device.type == "cuda":
-            runner = torch.compile(model)
-        else:
-            log("--compile: skipped (torch.compile is used on a GPU only)")
-    if out is not None and not resume:
-        if replace:  # only now, once everything is set up: the old run's files, nothing else
-            for name in RUN_FILES:
-                (out / name).unlink(missing_ok=True)
-        config = {"train": asdict(cfg), "model_config": {
-            k: _json_ready(v) for k, v in asdict(model.cfg).items()}, "classes": classes,
-            "pretrained_cfg": {k: _json_ready(v) for k, v in model.pretrained_cfg.items()}}
-        (out / CONFIG).write_text(json.dumps(config, indent=2))
-    log(f"{cfg.model}: {params:,} parameters, {len(train_set)} train / {len(test_set)} test "
-        f"images of {tuple(pretrained_cfg['input_size'])}, {len(classes) or '?'} classes, "
-        f"{cfg.epochs} epochs on {device}"
-        f"{' (bf16 autocast)' if autocast_dtype is not None else ''}")
-
-    show_bar = cfg.progress == "on" or (cfg.progress == "auto" and sys.stderr.isatty())
-    for epoch in range(first_epoch, cfg.epochs):
-        wall0, cpu0 = time.perf_counter(), time.process_time()
-        runner.train()
-        loss_sum, correct, count = 0.0, 0, 0
-        step = epoch * steps_per_epoch
-        bar = _progress(train_loader, epoch, cfg.epochs, show_bar)
-        for images, labels in bar:
-            images = images.to(device, non_blocking=True)
-            labels = labels.to(device, non_blocking=True)
-            images = random_affine(images, cfg.rotate, cfg.translate, cfg.scale, gens["augment"])
-            lr = lr_at(step, total, warmup, cfg.lr)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            loss, right = train_step(runner, images, labels, optimizer, cfg.label_smoothing,
-                                     autocast_dtype)
-            loss_sum += loss * len(labels)
-            correct += right
-            count += len(labels)
-            step += 1
-            if show_bar:
-                bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", refresh=False)
-        test = evaluate(runner, test_loader, device, autocast_dtype)
-        train_seconds += time.perf_counter() - wall0
-        cpu_seconds += time.process_time() - cpu0
-        record = {"epoch": epoch + 1, "lr": lr, "train_loss": loss_sum / count,
-                  "train_accuracy": correct / count, "test_loss": test["loss"],
-                  "test_accuracy": test["accuracy"], "train_seconds": train_seconds}
-        history.append(record)
-        if out is not None:
-            save_run_state(out, model, optimizer, cfg, epoch + 1, history, train_seconds,
-                           cpu_seconds, rng_states(gens, device))
-        log(f"epoch {epoch + 1:3d}/{cfg.epochs}  loss {record['train_loss']:.4f}  "
-            f"train acc {record['train_accuracy']:.4f}  test loss {record['test_loss']:.4f}  "
-            f"test acc {record['test_accuracy']:.4f}  ({train_seconds:.0f} s)")
-        if on_epoch_end is not None:
-            on_epoch_end(epoch + 1, record)
-
-    result = {
-        "model": cfg.model, "data": cfg.data, "test_accuracy": history[-1]["test_accuracy"],
-        "train_seconds": train_seconds, "cpu_seconds": cpu_seconds, "params": params,
-        "epochs": cfg.epochs, "device": str(device),
-        "precision": "bf16" if autocast_dtype is not None else "fp32",
-        "threads": torch.get_num_threads(), "torch": str(torch.__version__),
-        "config": asdict(cfg), "history": history,
-    }
-    if out is not None:
-        from .plotting import save_training_curves
-
-        save_training_curves(history, out / CURVES, title=f"{cfg.model} on {cfg.data}")
-        _save_atomic(lambda p: p.write_text(json.dumps(result, indent=2)), out / METRICS)
-    log(f"test accuracy {result['test_accuracy']:.4f} after {cfg.epochs} epochs "
-        f"({train_seconds:.1f} s wall, {cpu_seconds:.1f} s CPU, {params:,} parameters, "
-        f"{device}){f' -> {out}' if out is not None else ''}")
-    return {**result, "model": model, "out": out}
+def epoch_seeds(seed: int, epoch: int, rank: int) -> tuple[int, int]:
+    """Two seeds for one epoch of one process (PyTorch's global generator -- dropout, stochastic
+    depth, the loader's workers -- and the augmentation's), drawn from ``(seed, epoch, rank)``
+    by NumPy's ``SeedSequence``: a resumed run needs no saved random state."""
+    a, b = np.random.SeedSequence([seed, epoch, rank]).generate_state(2)
+    return int(a), int(b)
 
 
 def _progress(loader, epoch: int, epochs: int, show: bool):
     if not show:
         return loader
-    from tqdm.auto import tqdm
+    from .extras import require
 
+    tqdm = require("tqdm.auto", "the progress bar (--progress)").tqdm
     return tqdm(loader, desc=f"epoch {epoch + 1}/{epochs}", leave=False, unit="batch",
                 dynamic_ncols=True)
 
 
-def save_run_state(out: Path, model, optimizer, cfg: TrainConfig, epoch: int, history: list,
-                   train_seconds: float, cpu_seconds: float, rng: dict) -> None:
-    """After an epoch: the weights (safetensors) and everything ``--resume`` needs (a
-    ``torch.save`` of tensors and plain containers only, read back with ``weights_only=True``;
-    it holds the weights too, so the pair can never be from different epochs)."""
-    _save_atomic(lambda p: save_checkpoint(model, p), out / CHECKPOINT)
-    state = {"epoch": epoch, "config": asdict(cfg), "optimizer": optimizer.state_dict(),
-             "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-             "rng": rng, "history": history, "train_seconds": train_seconds,
-             "cpu_seconds": cpu_seconds, "torch": str(torch.__version__)}
-    _save_atomic(lambda p: torch.save(state, p), out / STATE)
+def _quiet(*_):
+    pass
 
 
-def check_same_run(cfg: TrainConfig, saved: dict, out: Path) -> None:
-    """``--resume`` continues the saved run exactly: options that change what is computed must
-    equal the saved ones (the model is checked by loading its checkpoint: mismatched keys)."""
-    differ = [f"--{name.replace('_', '-')} {getattr(cfg, name)!r} (the run has {saved[name]!r})"
-              for name in saved
-              if name not in RESUMABLE_CHANGES + ("model", "model_kwargs")
-              and hasattr(cfg, name) and getattr(cfg, name) != saved[name]]
-    if differ:
-        raise ValueError(f"--resume continues the run in {str(out)!r} exactly as it started, but "
-                         f"{'; '.join(differ)}; drop those options or start a new run")
+# --- the run ----------------------------------------------------------------------------------
+
+def train(settings: TrainSettings, resume: bool = False, overwrite: bool = False, log=print,
+          on_epoch_end=None, datasets=None) -> dict:
+    """Check ``settings``, build the model and the data, train, select, test, save as it goes;
+    returns a dict with ``model`` (the selected model), ``history``, ``test_accuracy``,
+    ``selected_epoch``, ``train_seconds``, ``cpu_seconds``, ``params``, ``out``.
+
+    ``resume=True`` continues the run in ``settings.out`` exactly where its last saved epoch
+    ended (or extends a finished run to more ``epochs``); ``overwrite=True`` replaces a run
+    there.  ``on_epoch_end(epoch, record)`` is called after each epoch has been saved.
+    ``settings.out=None`` trains without saving.
+
+    ``datasets=(train_set, test_set)`` or ``(train_set, val_set, test_set)``: any PyTorch
+    datasets of ``(image, label)`` pairs, images already shaped as the model expects (e.g.
+    torchvision's, with your own transforms); then ``settings.data`` only names them, and
+    without a validation set, ``--val-fraction`` of the training set is held out.  The model
+    gets ``len(train_set.classes)`` classes if the dataset has ``.classes``, else one more than
+    the largest label.
+
+    Under ``torchrun`` (``vit_scratch.distributed``) every process calls this: they join the
+    process group, and rank 0 alone logs and writes."""
+    world = distributed.world_from_env()
+    check_settings(settings, own_data=datasets is not None, world=world)
+    device = distributed.device_for(world, resolve_device(settings.device))
+    joined = distributed.join(world, device)
+    try:
+        return _train(settings, resume, overwrite, log if world.main else _quiet, on_epoch_end,
+                      datasets, world, device)
+    finally:
+        distributed.leave(joined)
 
 
-def load_run(out, device: str = "cpu"):
-    """The trained model of a run folder (``config.json`` + ``checkpoint.safetensors``), in
-    eval mode: ``model = load_run("runs/vit_digits-digits")``."""
-    out = Path(out)
-    config = json.loads((out / CONFIG).read_text())
-    model = create_model(config["train"]["model"], **{
-        **config["train"]["model_kwargs"], "num_classes": config["model_config"]["num_classes"]})
-    load_checkpoint(model, out / CHECKPOINT)
-    return model.to(device).eval()
+def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, device) -> dict:
+    # --- set-up: the run folder, the model, the data, the optimizer and its schedule
+    out, state = _open_run_folder(settings, resume, overwrite, world, device)
+    autocast_dtype = resolve_precision(settings.precision, device)
+    torch.set_num_threads(settings.threads or auto_threads(world))
+    model, classes = _model_for_the_data(settings, datasets, state, out)
+    run = _Progress.start(state, settings, out, world, device, log)
+    train_set, val_set, test_set = _datasets(settings, model, datasets)
+    share = settings.batch_size // world.size  # each process's part of a batch
+    sampler = distributed.train_sampler(train_set, world, settings.seed)
+    train_loader = torch.utils.data.DataLoader(
+        train_set, batch_size=share, sampler=sampler, num_workers=settings.workers,
+        pin_memory=device.type == "cuda")
+    val_loader, test_loader = (torch.utils.data.DataLoader(
+        distributed.shard(d, world), batch_size=max(256, share), num_workers=settings.workers)
+        for d in (val_set, test_set))
+    model.to(device)
+    optimizer = torch.optim.AdamW(param_groups(model, settings.weight_decay), lr=settings.lr)
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+    steps = len(train_loader)  # per epoch
+    schedule = lr_schedule(optimizer, settings.epochs * steps,
+                           round(warmup_epochs(settings) * steps), done=run.epoch * steps)
+    runner, evaluator = _runners(model, settings, device, world, log)
+    if out is not None and world.main:
+        _write_run_start(out, settings, model, classes, run, overwrite and state is None)
+    log(f"{settings.model}: {count_params(model):,} parameters, {len(train_set)} train / "
+        f"{len(val_set)} validation / {len(test_set)} test images of "
+        f"{tuple(model.pretrained_cfg['input_size'])}, {len(classes)} classes, "
+        f"{settings.epochs} epochs on {device}"
+        f"{f' × {world.size} processes' if world.size > 1 else ''}"
+        f"{' (bf16 autocast)' if autocast_dtype is not None else ''}, "
+        f"{torch.get_num_threads()} thread(s)")
+
+    # --- the loop: train an epoch, validate, keep the best, save
+    show_bar = world.main and (settings.progress == "on" or (
+        settings.progress == "auto" and sys.stderr.isatty()))
+    first_epoch = run.epoch
+    for epoch in range(first_epoch, settings.epochs):
+        if run.out_of_patience(settings.patience):
+            log(f"stopping early: no better validation accuracy for {settings.patience} epochs")
+            break
+        if not settings.threads and epoch > first_epoch:  # the machine got busier or quieter
+            torch.set_num_threads(auto_threads(world, own=torch.get_num_threads()))
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        sampler.set_epoch(epoch)
+        record = train_epoch(runner, _progress(train_loader, epoch, settings.epochs, show_bar),
+                             optimizer, schedule, settings, epoch, world, device, autocast_dtype)
+        val = evaluate_everywhere(evaluator, val_loader, device, autocast_dtype)
+        record.update(val_loss=val["loss"], val_accuracy=val["accuracy"])
+        improved = run.add(record, model, time.perf_counter() - wall0,
+                           time.process_time() - cpu0)
+        if out is not None and world.main:
+            run.save(out, model, optimizer, settings, classes, improved)
+        log(f"epoch {epoch + 1:3d}/{settings.epochs}  loss {record['train_loss']:.4f}  "
+            f"train acc {record['train_accuracy']:.4f}  val loss {record['val_loss']:.4f}  "
+            f"val acc {record['val_accuracy']:.4f}{'  best' if improved else ''}  "
+            f"({run.train_seconds:.0f} s)")
+        if on_epoch_end is not None:
+            on_epoch_end(epoch + 1, record)
+
+    # --- save: test the selected checkpoint once, write metrics.json, then draw
+    selected_epoch = run.select(model, settings.select)
+    test = evaluate_everywhere(evaluator, test_loader, device, autocast_dtype)
+    result = {
+        "model": settings.model, "data": settings.data, "classes": classes,
+        "test_accuracy": test["accuracy"], "test_loss": test["loss"],
+        "select": settings.select, "selected_epoch": selected_epoch,
+        "best_epoch": run.best_epoch, "best_val_accuracy": run.best_val_accuracy,
+        "epochs_done": run.epoch, "stopped_early": run.epoch < settings.epochs,
+        "train_seconds": run.train_seconds, "cpu_seconds": run.cpu_seconds,
+        "params": count_params(model),
+        "images": {"train": len(train_set), "val": len(val_set), "test": len(test_set)},
+        "device": str(device), "processes": world.size,
+        "precision": "bf16" if autocast_dtype is not None else "fp32",
+        "threads": torch.get_num_threads(), "torch": str(torch.__version__),
+        "settings": asdict(settings), "history": run.history}
+    if out is not None and world.main:
+        run_folder.write_json(result, out / METRICS)
+        run.finish(out)
+        _draw_curves(run.history, out, settings, result)
+    log(f"test accuracy {test['accuracy']:.4f} ({settings.select} checkpoint: epoch "
+        f"{selected_epoch}, validation accuracy "
+        f"{run.history[selected_epoch - 1]['val_accuracy']:.4f}) after {run.epoch} epochs "
+        f"({run.train_seconds:.1f} s wall, {run.cpu_seconds:.1f} s CPU, {device})"
+        f"{f' -> {out}' if out is not None else ''}")
+    return {**result, "model": model, "out": out}
+
+
+def train_epoch(runner, batches, optimizer, schedule, settings: TrainSettings, epoch: int,
+                world, device, autocast_dtype=None) -> dict:
+    """One pass over this process's share of the training data: the augmentation, a
+    :func:`train_step` per batch and the schedule's step; returns the epoch's record (loss,
+    plain cross-entropy and accuracy, added up over all processes, and the last learning
+    rate).  Its random streams start from ``(seed, epoch, rank)`` (:func:`epoch_seeds`)."""
+    torch_seed, augment_seed = epoch_seeds(settings.seed, epoch, world.rank)
+    torch.manual_seed(torch_seed)  # dropout, stochastic depth, the loader's workers
+    augment = torch.Generator().manual_seed(augment_seed)
+    runner.train()
+    sums = np.zeros(4)  # loss, cross-entropy (both summed over images), correct, images
+    for images, labels in batches:
+        images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
+        images = random_affine(images, settings.rotate, settings.translate, settings.scale,
+                               augment)
+        lr = optimizer.param_groups[0]["lr"]
+        step = train_step(runner, images, labels, optimizer, settings.label_smoothing,
+                          autocast_dtype, settings.accum_steps)
+        schedule.step()
+        sums += (step.loss * len(labels), step.cross_entropy * len(labels), step.correct,
+                 len(labels))
+        if hasattr(batches, "set_postfix"):  # the progress bar
+            batches.set_postfix(loss=f"{step.loss:.3f}", lr=f"{lr:.2e}", refresh=False)
+    loss, cross_entropy, correct, count = distributed.sum_over_processes(sums.tolist(), device)
+    return {"epoch": epoch + 1, "lr": lr, "train_loss": loss / count,
+            "train_cross_entropy": cross_entropy / count, "train_accuracy": correct / count}
+
+
+class _Progress:
+    """The run so far: the history, the epochs done, the best epoch (and its weights, in memory
+    and in best.safetensors), the time spent; saved after every epoch, restored on resume."""
+
+    def __init__(self):
+        self.history, self.epoch, self.train_seconds, self.cpu_seconds = [], 0, 0.0, 0.0
+        self.best_epoch, self.best_val_accuracy, self.best_val_loss = 0, -1.0, math.inf
+        self.best_weights, self.patience_from = None, 0
+
+    @classmethod
+    def start(cls, state, settings, out, world, device, log) -> "_Progress":
+        """A new run, or the saved one (with its best epoch's weights, read by rank 0 from
+        best.safetensors and sent to every process)."""
+        run = cls()
+        if state is None:
+            return run
+        run.history, run.epoch = list(state["history"]), int(state["epoch"])
+        run.train_seconds, run.cpu_seconds = float(state["train_seconds"]), float(
+            state["cpu_seconds"])
+        run.best_epoch = int(state["best_epoch"])
+        best = run.history[run.best_epoch - 1]
+        run.best_val_accuracy, run.best_val_loss = best["val_accuracy"], best["val_loss"]
+        run.best_weights = distributed.broadcast(
+            _best_weights(out, settings, len(state["classes"])) if world.main else None, device)
+        run.patience_from = int(state.get("patience_from", 0))
+        if state.get("finished"):  # extended: the new epochs get their own patience
+            run.patience_from = run.epoch
+            log(f"extending the finished run after epoch {run.epoch} to {settings.epochs} "
+                f"epochs (the learning rate follows the longer schedule)")
+        else:
+            log(f"resuming after epoch {run.epoch}/{settings.epochs}")
+        return run
+
+    def add(self, record: dict, model, wall: float, cpu: float) -> bool:
+        """Record an epoch; returns whether its validation accuracy is the best so far (ties:
+        the lower validation loss)."""
+        self.train_seconds += wall
+        self.cpu_seconds += cpu
+        record["train_seconds"] = self.train_seconds
+        self.history.append(record)
+        self.epoch = record["epoch"]
+        better = (record["val_accuracy"], -record["val_loss"]) > (self.best_val_accuracy,
+                                                                   -self.best_val_loss)
+        if better:
+            self.best_epoch = self.epoch
+            self.best_val_accuracy, self.best_val_loss = record["val_accuracy"], record[
+                "val_loss"]
+            self.best_weights = {k: v.detach().to("cpu", copy=True)
+                                 for k, v in model.state_dict().items()}
+        return better
+
+    def out_of_patience(self, patience: int | None) -> bool:
+        return patience is not None and self.epoch - max(self.best_epoch,
+                                                         self.patience_from) >= patience
+
+    def save(self, out: Path, model, optimizer, settings, classes, improved: bool) -> None:
+        """The epoch's files: the checkpoint (and best.safetensors when it improved), the state
+        for --resume, a row of metrics.csv."""
+        run_folder.save_weights(out, CHECKPOINT, model, classes)
+        if improved:
+            run_folder.save_weights(out, BEST, model, classes)
+        state = {
+            "epoch": self.epoch, "settings": asdict(settings),
+            "optimizer": optimizer.state_dict(), "history": self.history,
+            "train_seconds": self.train_seconds, "cpu_seconds": self.cpu_seconds,
+            "best_epoch": self.best_epoch, "patience_from": self.patience_from,
+            "classes": classes, "finished": False}
+        run_folder.save_state(out, model, state)
+        run_folder.append_metrics_row(out, self.history[-1])
+
+    def select(self, model, select: str) -> int:
+        """Load the weights the final test uses into ``model``; returns their epoch."""
+        if select == "best" and self.best_weights is not None:
+            model.load_state_dict(self.best_weights)
+            return self.best_epoch
+        return self.epoch
+
+    @staticmethod
+    def finish(out: Path) -> None:
+        """Mark the saved state finished (``--resume`` then extends, with more ``--epochs``)."""
+        if (out / STATE).exists():
+            state = run_folder.load_state(out)
+            run_folder.save_atomic(lambda p: torch.save({**state, "finished": True}, p),
+                                   out / STATE)
+
+
+def _open_run_folder(settings, resume, overwrite, world, device):
+    """``(out, state)``: the checked run folder (``None`` without ``--out``) and, resuming, its
+    saved state.  Rank 0 alone checks and reads the folder; the others get its verdict and the
+    state, so that every process stops on an error and resumes from the same epoch."""
+    out = Path(settings.out) if settings.out is not None else None
+    if out is None:
+        if resume:
+            raise ValueError("resume needs the run folder (--out)")
+        return None, None
+    error, state = None, None
+    if world.main:
+        try:
+            run_folder.check_out(out, resume, overwrite)
+            if resume:
+                state = run_folder.load_state(out)
+                run_folder.check_resume(settings, state, out)
+        except (ValueError, CheckpointError) as caught:
+            error = caught
+    verdict = distributed.same_everywhere(None if error is None else str(error), device)
+    if error is not None:
+        raise error
+    if verdict is not None:
+        raise ValueError(verdict)
+    return out, distributed.broadcast(state, device)
+
+
+def _model_for_the_data(settings: TrainSettings, datasets, state: dict | None, out: Path | None):
+    """The model, with as many classes as the data has, and the class names.  Resuming: the
+    run's model with its saved weights, after checking that the data has the run's classes."""
+    classes = class_names(datasets[0]) if datasets is not None else data_classes(settings.data)
+    if state is None:
+        torch.manual_seed(settings.seed)
+        model = build_model(settings, len(classes))
+        if settings.init is not None:
+            init_from(model, settings.init)
+        return model, classes
+    saved = state["settings"]
+    model = build_model(settings, len(state["classes"]))
+    own, weights = model.state_dict(), state["model"]
+    mismatch = {"missing": [k for k in own if k not in weights],
+                "unexpected": [k for k in weights if k not in own],
+                "mis-shaped": [k for k in own if k in weights and own[k].shape != weights[k].shape]}
+    if any(mismatch.values()):  # a run of another model
+        listed = "; ".join(f"{what}: {', '.join(keys[:6])}{', ...' if len(keys) > 6 else ''}"
+                           for what, keys in mismatch.items() if keys)
+        raise CheckpointError(f"--resume: the run in {str(out)!r} was trained with --model "
+                              f"{saved['model']} {saved['model_kwargs']}, not {settings.model} "
+                              f"{settings.model_kwargs}; its weights do not fit ({listed})")
+    model.load_state_dict(weights)
+    if classes != state["classes"]:
+        raise ValueError(f"--resume: the data's classes {classes} are not the run's "
+                         f"{state['classes']}")
+    return model, classes
+
+
+def _best_weights(out: Path, settings: TrainSettings, num_classes: int) -> dict | None:
+    """The weights of best.safetensors as a state_dict (aliases filled in by loading them into
+    a model), or ``None`` without the file or when the last epoch is selected."""
+    if settings.select != "best" or not (out / BEST).exists():
+        return None
+    model = build_model(settings, num_classes)
+    load_checkpoint(model, out / BEST)
+    return model.state_dict()
+
+
+def _datasets(settings: TrainSettings, model, datasets):
+    """``(train, val, test)``: the data shaped for the model, or the caller's datasets, with
+    ``--val-fraction`` of the training split held out when there is no validation set."""
+    if datasets is not None:
+        if len(datasets) == 3:
+            return tuple(datasets)
+        train_set, test_set = datasets
+        return (*validation_split(train_set, settings.val_fraction, settings.split_seed),
+                test_set)
+    augment = ModelTransform(model, settings.flip, settings.crop_scale, settings.color_jitter)
+    return make_datasets(settings.data, model, settings.test_fraction, settings.split_seed,
+                         val_fraction=settings.val_fraction, bad_images=settings.bad_images,
+                         augment=augment if augment.augments else None)
+
+
+def _runners(model, settings: TrainSettings, device, world, log):
+    """``(runner, evaluator)``: the model that trains (wrapped in DDP with several processes,
+    ``torch.compile``-d on a GPU with ``--compile``) and the one that evaluates each process's
+    share (the model itself under DDP: evaluation needs no gradient averaging)."""
+    runner = model
+    if world.size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        runner = DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    if settings.compile:
+        if device.type == "cuda":
+            runner = torch.compile(runner)
+        else:
+            log("--compile: skipped (torch.compile is used on a GPU only)")
+    return runner, (model if world.size > 1 else runner)
+
+
+def _write_run_start(out: Path, settings, model, classes, run, replace: bool) -> None:
+    """Once everything is set up: the old run's files gone (``--overwrite``), settings.json,
+    and metrics.csv as the saved history has it (a resumed run)."""
+    if replace:
+        run_folder.remove_run_files(out)
+    run_folder.write_settings(out, settings, model, classes)
+    if run.history:
+        run_folder.write_metrics_csv(out, run.history)
+
+
+def _draw_curves(history, out: Path, settings, result) -> None:
+    """curves.png; skipped with a warning when matplotlib is missing or the figure fails -- a
+    finished run keeps its files either way (metrics.json is written before)."""
+    try:
+        from .plotting import save_training_curves
+
+        save_training_curves(history, out / CURVES, title=f"{settings.model} on {settings.data}",
+                             selected_epoch=result["selected_epoch"],
+                             test_accuracy=result["test_accuracy"],
+                             label_smoothing=settings.label_smoothing)
+    except Exception as error:  # noqa: BLE001 -- a figure never costs a run its results
+        warnings.warn(f"{CURVES} not drawn ({type(error).__name__}: {error}); the run's other "
+                      f"files are complete", stacklevel=2)
 
 
 # --- the command line -------------------------------------------------------------------------
-
-def parse_model_arg(text: str) -> tuple[str, object]:
-    """``"depth=6"`` -> ``("depth", 6)``; values are Python literals, else strings."""
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"--model-arg takes KEY=VALUE, got {text!r}")
-    try:
-        return key, ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        return key, value
-
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows ``(default: ...)`` after each option, except where the help text says it itself."""
 
     def _get_help_string(self, action):
-        if action.default is None or "default:" in (action.help or ""):
+        if action.default is None or "default:" in (action.help or "") or \
+                "default " in (action.help or ""):
             return action.help
         return super()._get_help_string(action)
 
 
-METAVARS = {"model": "NAME", "data": "NAME|DIR", "init": "FILE", "out": "DIR", "device": "DEVICE",
-            "test_fraction": "F", "split_seed": "N", "epochs": "N", "batch_size": "N",
-            "lr": "LR", "weight_decay": "WD", "warmup_epochs": "N", "label_smoothing": "F",
-            "rotate": "DEG", "translate": "F", "scale": "F", "seed": "N", "workers": "N",
-            "threads": "N"}
-
-
 def build_parser(show_defaults: bool = True) -> argparse.ArgumentParser:
+    """The command line, generated from :class:`TrainSettings` (one option per field), plus
+    ``--resume`` and ``--overwrite``.  ``show_defaults=False``: options not given are absent
+    from the parsed namespace (how ``--resume`` tells what was typed)."""
     parser = argparse.ArgumentParser(
         prog="python -m vit_scratch.train",
         description="Train a registered model on offline data (scikit-learn's digits, the "
-                    "digits-on-canvas localisation set) or on a folder of your own images. "
-                    "Saves the run in --out after every epoch; writes metrics.json and "
-                    "curves.png at the end.",
-        epilog="Example: python -m vit_scratch.train --model vit_digits --data digits "
-               "--epochs 40 --out runs/vit_digits\n",
+                    "digits-on-canvas localisation set) or on a folder of your own pictures. "
+                    "Holds out a validation split, saves the run in --out after every epoch, "
+                    "tests the selected checkpoint once at the end, and writes metrics.json "
+                    "and curves.png.  Under torchrun, several processes share each batch.",
+        epilog="Example: python -m vit_scratch.train --model coat_digits --data digits "
+               "--epochs 12 --out runs/coat_digits\n",
         formatter_class=_HelpFormatter,
         argument_default=None if show_defaults else argparse.SUPPRESS)
-    defaults = TrainConfig()
-    choices = {"device": None, "precision": ["auto", "fp32", "bf16"],
-               "progress": ["auto", "on", "off"]}
-    for f in fields(TrainConfig):
-        if f.name in ("model_kwargs", "compile"):
-            continue
-        default = getattr(defaults, f.name)
-        kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
-        kwargs = dict(type=kind, help=HELP[f.name], choices=choices.get(f.name),
-                      metavar=METAVARS.get(f.name))
-        if show_defaults:
-            kwargs["default"] = default
-        parser.add_argument(f"--{f.name.replace('_', '-')}", **kwargs)
-    parser.add_argument("--model-arg", type=parse_model_arg, action="append",
-                        metavar="KEY=VALUE",
-                        help="override a field of the model's config, repeatable "
-                             "(e.g. --model-arg depth=6 --model-arg embed_dim=96)",
-                        **({"default": []} if show_defaults else {}))
-    parser.add_argument("--compile", action="store_true", help=HELP["compile"],
-                        **({"default": False} if show_defaults else {}))
+    types = typing.get_type_hints(TrainSettings)
+    defaults = TrainSettings()
+
+    def default(value):
+        return {"default": value} if show_defaults else {}
+
+    for f in fields(TrainSettings):
+        meta = f.metadata
+        flag = meta["flag"] or f"--{f.name.replace('_', '-')}"
+        value = getattr(defaults, f.name)
+        if meta["parse"] is not None:  # KEY=VALUE pairs, repeatable
+            parser.add_argument(flag, dest=f.name, type=meta["parse"], action="append",
+                                metavar=meta["metavar"], help=meta["help"], **default([]))
+        elif types[f.name] is bool:
+            parser.add_argument(flag, dest=f.name, action="store_true", help=meta["help"],
+                                **default(value))
+        else:
+            kind = next((t for t in (int, float) if t in typing.get_args(types[f.name])
+                         or types[f.name] is t), str)
+            parser.add_argument(flag, dest=f.name, type=kind, metavar=meta["metavar"],
+                                choices=meta["choices"], help=meta["help"], **default(value))
     parser.add_argument("--resume", action="store_true",
-                        help="continue the unfinished run in --out from its last saved epoch "
-                             "(options not given again are taken from the run)",
-                        **({"default": False} if show_defaults else {}))
+                        help="continue the run in --out from its last saved epoch (options not "
+                             "given again are taken from the run); with --epochs N, extend a "
+                             "finished run to N epochs", **default(False))
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the run already in --out (otherwise that is an error)",
-                        **({"default": False} if show_defaults else {}))
+                        **default(False))
     return parser
 
 
-def config_from_args(argv) -> tuple[TrainConfig, bool, bool]:
-    """argv -> (TrainConfig, resume, overwrite).  With ``--resume``, options not given are
+def settings_from_args(argv) -> tuple[TrainSettings, bool, bool]:
+    """argv -> (TrainSettings, resume, overwrite).  With ``--resume``, options not given are
     taken from the run in ``--out``."""
-    parser = build_parser()
-    args = vars(parser.parse_args(argv))
+    args = vars(build_parser().parse_args(argv))
     given = vars(build_parser(show_defaults=False).parse_args(argv))  # only what was typed
     resume, overwrite = args.pop("resume"), args.pop("overwrite")
-    args["model_kwargs"] = dict(args.pop("model_arg"))
-    if "model_arg" in given:
-        given["model_kwargs"] = dict(given.pop("model_arg"))
+    for parsed in (args, given):
+        if "model_kwargs" in parsed:
+            parsed["model_kwargs"] = dict(parsed["model_kwargs"])
     if args["out"] is None:
-        args["out"] = default_out(TrainConfig(**args))
+        args["out"] = default_out(TrainSettings(**args))
     if resume:
-        saved_file = Path(args["out"]) / STATE
-        if saved_file.exists():
-            saved = torch.load(saved_file, map_location="cpu", weights_only=True)["config"]
+        settings_file = Path(args["out"]) / run_folder.SETTINGS
+        if settings_file.exists():
+            saved = run_folder.read_settings(Path(args["out"]))["settings"]
             saved = {k: v for k, v in saved.items() if k in args}
             args = {**saved, **{k: v for k, v in given.items() if k in args},
                     "out": args["out"]}
-    return TrainConfig(**args), resume, overwrite
+    return TrainSettings(**args), resume, overwrite
 
 
 def main(argv=None) -> dict:
     parser = build_parser()
+    world = distributed.world_from_env()
     out = None
     try:
-        cfg, resume, overwrite = config_from_args(argv)
-        out = cfg.out
-        return train(cfg, resume=resume, overwrite=overwrite)
+        settings, resume, overwrite = settings_from_args(argv)
+        out = settings.out
+        return train(settings, resume=resume, overwrite=overwrite)
     except (ValueError, CheckpointError) as error:
+        if not world.main:  # rank 0 says it
+            raise SystemExit(2) from None
         parser.error(str(error))  # usage + the message, exit status 2
     except KeyboardInterrupt:
-        if out is not None and (Path(out) / STATE).exists():
-            print(f"\ninterrupted: the run in {out} is saved up to its last finished epoch; "
-                  f"continue it with: python -m vit_scratch.train --out {out} --resume",
-                  file=sys.stderr)
-        else:
-            print("\ninterrupted before the first epoch was saved", file=sys.stderr)
+        if world.main:
+            if out is not None and (Path(out) / STATE).exists():
+                print(f"\ninterrupted: the run in {out} is saved up to its last finished "
+                      f"epoch; continue it with: python -m vit_scratch.train --out {out} "
+                      f"--resume", file=sys.stderr)
+            else:
+                print("\ninterrupted before the first epoch was saved", file=sys.stderr)
         raise SystemExit(130) from None
 
 

@@ -45,6 +45,10 @@ TORCH_SUFFIXES = {".pth", ".pt", ".bin", ".ckpt"}
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 #: Metadata key under which ``save_checkpoint`` records the patch grid of the position embedding.
 GRID_METADATA_KEY = "pos_embed_grid"
+#: Metadata keys under which ``save_checkpoint`` records what it takes to use a model file alone:
+#: the registered name, the config's fields (a Python literal: tuples and int dict keys survive),
+#: the preprocessing (``pretrained_cfg``, JSON) and the class names (JSON list).
+MODEL_INFO_KEYS = ("model_name", "model_config", "pretrained_cfg", "class_names")
 
 
 def _describe_path(path: Path) -> str:
@@ -178,6 +182,30 @@ def read_metadata(path) -> dict[str, str]:
 
     with safe_open(str(path), framework="pt") as f:
         return dict(f.metadata() or {})
+
+
+def read_model_info(path) -> dict:
+    """What ``save_checkpoint`` recorded about the model in a safetensors file:
+    ``{"model_name": str, "model_config": dict, "pretrained_cfg": dict, "class_names": list}``,
+    each ``None`` where the file does not record it (other formats record nothing).
+    ``vit_scratch.create_model(info["model_name"], **info["model_config"])`` rebuilds the
+    model the weights belong to."""
+    import ast
+    import json
+
+    metadata = read_metadata(path)
+    info = dict.fromkeys(MODEL_INFO_KEYS)
+    for key in MODEL_INFO_KEYS:
+        text = metadata.get(key)
+        if text is None:
+            continue
+        try:
+            info[key] = (text if key == "model_name" else
+                         ast.literal_eval(text) if key == "model_config" else json.loads(text))
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            raise CheckpointError(f"checkpoint file {_describe_path(Path(path))}: its metadata "
+                                  f"{key!r} is damaged ({text[:80]!r})") from None
+    return info
 
 
 def read_state_dict(path) -> dict[str, torch.Tensor]:
@@ -372,14 +400,16 @@ def load_checkpoint(model: nn.Module, path, strict: bool = True,
     return model
 
 
-def save_checkpoint(model_or_state_dict, path) -> None:
+def save_checkpoint(model_or_state_dict, path, class_names=None) -> None:
     """Save weights as ``.safetensors`` (recommended) or a ``.pth`` state_dict.
 
     Tensors shared under several keys are stored once (safetensors refuses shared memory);
     ``load_checkpoint`` restores the aliases from the model's own structure.  Wrapper prefixes
     (``_orig_mod.`` of ``torch.compile``, ``module.`` of DDP) are not saved.  A safetensors file
-    records the position embedding's patch grid in its metadata, so that a non-square grid is
-    resized correctly on load.
+    records in its metadata the position embedding's patch grid (so that a non-square grid is
+    resized correctly on load) and, for a model built by ``create_model``, its name, its
+    config, its preprocessing and ``class_names`` (a list of ``num_classes`` strings): the file
+    alone is then enough to predict (``read_model_info``).
     """
     if isinstance(model_or_state_dict, nn.Module):
         model = unwrap_model(model_or_state_dict)
@@ -412,11 +442,35 @@ def save_checkpoint(model_or_state_dict, path) -> None:
     if suffix in SAFETENSORS_SUFFIXES:
         from safetensors.torch import save_file
 
-        grid = getattr(getattr(model, "patch_embed", None), "grid_size", None)
-        metadata = {GRID_METADATA_KEY: f"{grid[0]},{grid[1]}"} if grid else None
-        save_file(unique, str(path), metadata=metadata)
+        save_file(unique, str(path), metadata=_metadata(model, class_names) or None)
     else:
         torch.save(unique, path)
+
+
+def _metadata(model, class_names) -> dict[str, str]:
+    """The string metadata ``save_checkpoint`` writes into a safetensors file."""
+    import dataclasses
+    import json
+
+    metadata = {}
+    grid = getattr(getattr(model, "patch_embed", None), "grid_size", None)
+    if grid:
+        metadata[GRID_METADATA_KEY] = f"{grid[0]},{grid[1]}"
+    pretrained_cfg = getattr(model, "pretrained_cfg", None)
+    cfg = getattr(model, "cfg", None)
+    if isinstance(pretrained_cfg, dict) and "architecture" in pretrained_cfg \
+            and dataclasses.is_dataclass(cfg):
+        metadata["model_name"] = str(pretrained_cfg["architecture"])
+        metadata["model_config"] = repr(dataclasses.asdict(cfg))
+        metadata["pretrained_cfg"] = json.dumps(pretrained_cfg)
+    if class_names is not None:
+        names = list(class_names)
+        wanted = getattr(model, "num_classes", len(names))
+        if len(names) != wanted or not all(isinstance(n, str) for n in names):
+            raise ValueError(f"class_names must be {wanted} strings (one per class of the "
+                             f"model), got {names!r}")
+        metadata["class_names"] = json.dumps(names)
+    return metadata
 
 
 def state_dict_to_numpy(state_dict: dict, dtype=None) -> dict[str, np.ndarray]:

@@ -74,8 +74,10 @@ class ModelBase(nn.Module):
         and huge (> ``validation.MAX_ABS_IMAGE``) values.  The value check runs on CPU tensors
         only: on a GPU it would read a number back and make the host wait for the device on
         every forward, so there only the dtype and shape are checked.  It is also skipped while
-        ``torch.compile`` traces the model.
+        ``torch.compile`` or ``torch.fx`` traces the model.
         """
+        if isinstance(images, torch.fx.Proxy):  # torch.fx traces the model: nothing to check
+            return images
         if not isinstance(images, torch.Tensor):
             hint = "; use torch.from_numpy(images)" if type(images).__module__ == "numpy" else ""
             raise ValueError(f"images must be a torch.Tensor of shape (B, C, H, W), got "

@@ -1,0 +1,252 @@
+"""The run folder of ``python -m vit_scratch.train``: its files, written atomically, what
+``--resume`` reads back, and the trained model a run folder or a checkpoint file holds.
+
+    checkpoint.safetensors  the weights after the last finished epoch
+    best.safetensors        the weights of the epoch with the best validation accuracy
+    trainer_state.pt        what --resume needs: the weights again, the optimizer, the epoch, the
+                            history, the best epoch (tensors and plain containers only, read back
+                            with ``torch.load(weights_only=True)``)
+    settings.json           the trainer's settings, the model's name and config, the class names
+                            and the preprocessing (``pretrained_cfg``)
+    metrics.csv             one row per epoch, appended as the run goes (a crash keeps them)
+    metrics.json            written once the run is finished: the test result of the selected
+                            checkpoint, the times, the history
+    curves.png              loss and accuracy per epoch (drawn after metrics.json)
+
+Every file is written to a temporary name and then renamed, so a crash or Ctrl-C never leaves
+half a file, and the checkpoint and the state are always from the same epoch.  Both
+checkpoints record the model's name, config, preprocessing and class names in their
+safetensors metadata, so either file alone is enough to predict (:func:`load_model`).
+
+The random streams need no saving: the trainer derives them from ``--seed``, the epoch and the
+process's rank at the start of every epoch, so a resumed run continues bit for bit (with the
+same number of processes) from the state of its last finished epoch.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from .models import create_model
+from .weights import CheckpointError, load_checkpoint, read_model_info, save_checkpoint
+
+CHECKPOINT = "checkpoint.safetensors"
+BEST = "best.safetensors"
+STATE = "trainer_state.pt"
+SETTINGS = "settings.json"
+METRICS_CSV = "metrics.csv"
+METRICS = "metrics.json"
+CURVES = "curves.png"
+RUN_FILES = (CHECKPOINT, BEST, STATE, SETTINGS, METRICS_CSV, METRICS, CURVES)
+
+#: Settings that may change when a run is resumed: they do not change what is computed
+#: (``accum_steps`` only up to float rounding), or only what happens after the last epoch
+#: (``epochs``, which must then exceed the epochs done; ``patience``; ``select``).
+RESUMABLE_CHANGES = ("device", "precision", "compile", "workers", "threads", "progress", "out",
+                     "accum_steps", "epochs", "patience", "select")
+
+#: The columns of metrics.csv, one row per epoch.
+CSV_COLUMNS = ("epoch", "lr", "train_loss", "train_cross_entropy", "train_accuracy", "val_loss",
+               "val_accuracy", "train_seconds")
+
+
+def run_state(out: Path) -> str:
+    """``'empty'`` (no run files), ``'finished'`` (metrics.json written) or ``'unfinished'``."""
+    if (out / METRICS).exists():
+        return "finished"
+    if any((out / name).exists() for name in (CHECKPOINT, STATE)):
+        return "unfinished"
+    return "empty"
+
+
+def check_out(out: Path, resume: bool, overwrite: bool) -> str:
+    """Check the run folder before training: it must be a folder we can write to, and it must
+    not hold a run unless we resume it or may overwrite it.  Returns its ``run_state`` (the
+    trainer decides whether a finished run can be extended: :func:`check_resume`)."""
+    if out.suffix == ".safetensors" or (out.exists() and not out.is_dir()):
+        raise ValueError(f"--out {str(out)!r} must be a folder (the run writes several files "
+                         f"into it: {', '.join(RUN_FILES)})")
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite exclude each other")
+    state = run_state(out) if out.is_dir() else "empty"
+    if resume:
+        if state == "empty":
+            raise ValueError(f"--resume: {str(out)!r} holds no run to resume ({STATE} missing)")
+        if not (out / STATE).exists() or not (out / CHECKPOINT).exists():
+            raise ValueError(f"--resume: {str(out)!r} lacks {STATE} or {CHECKPOINT}")
+    elif state != "empty" and not overwrite:
+        what = "a finished" if state == "finished" else "an unfinished"
+        also = ", or --resume to continue it" if state == "unfinished" else ""
+        raise ValueError(f"--out {str(out)!r} already holds {what} run; pass --overwrite to "
+                         f"replace it{also}, or choose another folder")
+    try:  # unwritable folders fail now, not after training
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write_test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise ValueError(f"--out {str(out)!r} is not a folder we can write to: {error}") from None
+    return state
+
+
+def check_resume(settings, state: dict, out: Path) -> bool:
+    """``--resume`` continues the saved run exactly: settings that change what is computed must
+    equal the saved ones (the model is checked by loading its checkpoint: mismatched keys).  A
+    finished run is extended when ``--epochs`` asks for more than it planned.  Returns whether
+    this resume extends a finished run."""
+    saved = state["settings"]
+    differ = [f"--{name.replace('_', '-')} {getattr(settings, name)!r} (the run has "
+              f"{saved[name]!r})"
+              for name in saved
+              if name not in RESUMABLE_CHANGES + ("model", "model_kwargs")
+              and hasattr(settings, name) and getattr(settings, name) != saved[name]]
+    if differ:
+        raise ValueError(f"--resume continues the run in {str(out)!r} exactly as it started, but "
+                         f"{'; '.join(differ)}; drop those options or start a new run")
+    done = int(state["epoch"])
+    if state.get("finished"):
+        if settings.epochs <= saved["epochs"]:
+            raise ValueError(f"--resume: the run in {str(out)!r} is finished ({done} epochs of "
+                             f"{saved['epochs']}, see {out / METRICS}); pass --epochs N with N "
+                             f"> {saved['epochs']} to train it further, start a new one with "
+                             f"another --out, or --overwrite")
+        return True
+    if settings.epochs <= done:
+        raise ValueError(f"--epochs {settings.epochs}: the run in {str(out)!r} has done {done} "
+                         f"epochs already; ask for more")
+    return False
+
+
+def remove_run_files(out: Path) -> None:
+    """Delete the files of the run in ``out`` (``--overwrite``), nothing else."""
+    for name in RUN_FILES:
+        (out / name).unlink(missing_ok=True)
+
+
+def save_atomic(write, path: Path) -> None:
+    """``write(tmp)`` to a temporary file next to ``path``, then rename it to ``path``: a crash
+    never leaves half a file."""
+    tmp = path.with_name(f".tmp-{path.name}")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def write_json(data, path: Path) -> None:
+    save_atomic(lambda p: p.write_text(json.dumps(data, indent=2)), path)
+
+
+def json_ready(value):
+    """Tuples as lists, so that a config dict reads the same from JSON."""
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+# --- writing a run ------------------------------------------------------------------------------
+
+def write_settings(out: Path, settings, model, classes: list[str]) -> None:
+    """``settings.json``: the trainer's settings, the model's name and config, the classes and
+    the preprocessing."""
+    write_json({"settings": asdict(settings),
+                "model_config": {k: json_ready(v) for k, v in asdict(model.cfg).items()},
+                "classes": classes,
+                "pretrained_cfg": {k: json_ready(v) for k, v in model.pretrained_cfg.items()}},
+               out / SETTINGS)
+
+
+def read_settings(out: Path) -> dict:
+    return json.loads((out / SETTINGS).read_text())
+
+
+def save_weights(out: Path, name: str, model, classes: list[str]) -> None:
+    """A checkpoint of the run (``CHECKPOINT`` or ``BEST``), with the class names."""
+    save_atomic(lambda p: save_checkpoint(model, p, class_names=classes), out / name)
+
+
+def save_state(out: Path, model, state: dict) -> None:
+    """``state`` (everything ``--resume`` needs) with the model's weights, so that the state and
+    the checkpoint of an epoch can never be from different epochs."""
+    state = {**state, "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+             "torch": str(torch.__version__)}
+    save_atomic(lambda p: torch.save(state, p), out / STATE)
+
+
+def load_state(out: Path) -> dict:
+    """The saved trainer state of the run in ``out`` (tensors and plain containers only)."""
+    return torch.load(out / STATE, map_location="cpu", weights_only=True)
+
+
+def append_metrics_row(out: Path, record: dict) -> None:
+    """One epoch's row of metrics.csv (the header first, in a new file)."""
+    path = out / METRICS_CSV
+    new = not path.exists()
+    with open(path, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        if new:
+            writer.writeheader()
+        writer.writerow(record)
+
+
+def write_metrics_csv(out: Path, history: list[dict]) -> None:
+    """metrics.csv from the history (on resume: the state is the reference, so a row written
+    after the last saved state is dropped)."""
+    def write(path):
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(history)
+
+    save_atomic(write, out / METRICS_CSV)
+
+
+# --- reading a model back ---------------------------------------------------------------------
+
+def selected_checkpoint(out: Path) -> Path:
+    """The checkpoint file the run selected (``--select``: ``best.safetensors`` or
+    ``checkpoint.safetensors``); a ``ValueError`` if the folder holds none."""
+    out = Path(out)
+    select = "best"
+    if (out / SETTINGS).exists():
+        select = read_settings(out)["settings"].get("select", "best")
+    order = (BEST, CHECKPOINT) if select == "best" else (CHECKPOINT, BEST)
+    for name in order:
+        if (out / name).is_file():
+            return out / name
+    raise ValueError(f"run folder {str(out)!r} holds no checkpoint ({BEST} or {CHECKPOINT}): "
+                     f"has its first epoch finished?")
+
+
+def load_model(path, device="cpu"):
+    """The trained model of a run folder (its selected checkpoint) or of a checkpoint file
+    alone, in eval mode, with ``model.class_names``: the model's name, config and class names
+    come from the file's metadata (``save_checkpoint``), or from the run's settings.json.
+
+        model = load_model("runs/pets")                     # or "runs/pets/best.safetensors"
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = selected_checkpoint(path)
+    elif not path.is_file():
+        raise ValueError(f"{str(path)!r} is neither a run folder nor a checkpoint file")
+    info = read_model_info(path)
+    if info["model_name"] is None and (path.parent / SETTINGS).is_file():
+        saved = read_settings(path.parent)
+        info = {"model_name": saved["settings"]["model"],
+                "model_config": {**saved["settings"]["model_kwargs"],
+                                 "num_classes": saved["model_config"]["num_classes"]},
+                "class_names": info["class_names"] or saved["classes"]}
+    if info["model_name"] is None:
+        raise CheckpointError(f"checkpoint file {str(path)!r} does not record its model (no "
+                              f"'model_name' in its metadata: it was not saved by "
+                              f"vit_scratch.save_checkpoint from a model of create_model); "
+                              f"build the model yourself and use vit_scratch.load_checkpoint")
+    model = create_model(info["model_name"], **info["model_config"])
+    load_checkpoint(model, path)
+    model.class_names = info["class_names"] or [str(c) for c in range(model.num_classes)]
+    return model.to(device).eval()
+
