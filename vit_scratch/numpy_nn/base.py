@@ -121,9 +121,10 @@ class ModelBase:
 
 def fill_shared_keys(params: dict, groups, what: str = "params") -> dict:
     """Fill in the aliases of shared tensors: for each group of keys that name one tensor,
-    every key missing from ``params`` gets the array of a key that is there.  So a state_dict
-    with its aliases (``model.state_dict()``) and one without (a de-duplicated checkpoint file)
-    both work.  Aliases given with different values are a ``ValueError``."""
+    every key gets the *same* array (the first one given), so a state_dict with its aliases
+    (``model.state_dict()``) and one without (a de-duplicated checkpoint file) both work, and
+    an in-place update of the tensor (training) reaches every name.  Aliases given with
+    different values are a ``ValueError``."""
     params = dict(params)
     for group in groups:
         present = [k for k in group if k in params]
@@ -136,5 +137,5 @@ def fill_shared_keys(params: dict, groups, what: str = "params") -> dict:
                 raise ValueError(f"{what}: {k} and {present[0]} name one shared tensor but hold "
                                  f"different values")
         for k in group:
-            params.setdefault(k, first)
+            params[k] = first
     return params
