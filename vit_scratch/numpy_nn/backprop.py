@@ -152,7 +152,7 @@ def check_trainable(model, rng) -> None:
                          f"no logits to train")
     if rng is None:
         return
-    if not isinstance(rng, np.random.Generator):
+    if not callable(getattr(rng, "random", None)):
         raise ValueError(f"rng must be a numpy.random.Generator (np.random.default_rng(seed)) "
                          f"or None, got {type(rng).__name__}")
     rates = {f: getattr(model.cfg, f) for f in ("drop_rate", "attn_drop_rate", "proj_drop_rate")

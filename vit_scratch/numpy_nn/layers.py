@@ -395,18 +395,23 @@ def layer_norm_backward(dout: np.ndarray, cache: Cache):
 def gelu_forward(x: np.ndarray):
     """:func:`gelu` -> (out, cache)."""
     out = gelu(x)
-    return out, Cache("gelu", out, x=x)
+    return out, Cache("gelu", out, x=x, out=out)
 
 
 def gelu_backward(dout: np.ndarray, cache: Cache) -> np.ndarray:
     """GELU(x) = x·Φ(x)  ⇒  ∂L/∂x = dy · (Φ(x) + x·φ(x)),
 
-    Φ(x) = ½(1 + erf(x/√2)) the standard normal CDF, φ(x) = e^(-x²/2)/√(2π) its density."""
+    Φ the standard normal CDF, φ(x) = e^(-x²/2)/√(2π) its density.  Φ(x) = GELU(x)/x is read
+    off the forward's output (Φ(0) = ½), so no second erf is computed."""
     dout = check_backward("gelu", dout, cache)
     x = cache.x
-    cdf = 0.5 * (1.0 + scipy.special.erf(x * (1.0 / math.sqrt(2.0))))
-    pdf = np.exp(-0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
-    return (dout * (cdf + x * pdf)).astype(dout.dtype, copy=False)
+    cdf = np.divide(cache.out, x, out=np.full_like(x, 0.5), where=x != 0)
+    pdf = np.exp(-0.5 * x * x)
+    pdf *= 1.0 / math.sqrt(2.0 * math.pi)
+    pdf *= x
+    pdf += cdf
+    pdf *= dout
+    return pdf
 
 
 def softmax_forward(x: np.ndarray, axis: int = -1):

@@ -26,12 +26,13 @@ The NumPy room trains with stochastic depth but no dropout (``backprop.check_tra
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
 from .. import checks
 from .backprop import trainable_params
-from .layers import cross_entropy_backward, cross_entropy_forward
+from .layers import cross_entropy_backward, cross_entropy_forward, split_batch
 
 __all__ = ["AdamW", "decays", "loss_and_grads", "lr_at", "train_step", "trainable_params"]
 
@@ -149,28 +150,87 @@ class AdamW:
         self.exp_avg_sq = {k: np.array(v, dtype=self.dtype) for k, v in state["exp_avg_sq"].items()}
 
 
-def loss_and_grads(model, images, labels, label_smoothing: float = 0.0, rng=None):
+def loss_and_grads(model, images, labels, label_smoothing: float = 0.0, rng=None,
+                   threads: int = 1):
     """The mean cross-entropy (with label smoothing) of a NumPy model on a batch, and its
     gradient with respect to every parameter.
 
     model: a NumPy model of any family (its ``forward_with_cache`` and ``backward``);
     images: (B, C, H, W); labels: (B,) ints; rng: a ``np.random.Generator`` for stochastic
-    depth (training mode), or None (no stochastic depth)
+    depth (training mode), or None (no stochastic depth); threads: split the batch over this
+    many threads (``layers.split_batch``) -- each chunk's loss is a mean over the chunk, so
+    its gradient is weighted by its share of the batch, and the chunks' gradients add up to
+    the batch's.  The stochastic-depth masks are the same for any number of threads: each
+    chunk takes its rows of draws made for the whole batch.
     ->  (loss (float), {canonical key: gradient}, logits (B, num_classes))"""
-    logits, cache = model.forward_with_cache(images, rng=rng)
-    loss, c_loss = cross_entropy_forward(logits, labels, label_smoothing)
-    _, grads = model.backward(cross_entropy_backward(1.0, c_loss), cache)
-    return float(loss), grads, logits
+    images = model.prepare_images(images)
+    labels = np.asarray(labels)
+    B = len(images)
+    if labels.shape != (B,):
+        raise ValueError(f"labels must have shape (B,) = ({B},) for {B} images, got shape "
+                         f"{labels.shape}")
+    draws = None if rng is None else _BatchDraws(rng, B)
+
+    def chunk(rows: np.ndarray):
+        lo, hi = int(rows[0]), int(rows[-1]) + 1
+        logits, cache = model.forward_with_cache(
+            images[lo:hi], rng=None if draws is None else draws.rows(lo, hi))
+        loss, c_loss = cross_entropy_forward(logits, labels[lo:hi], label_smoothing)
+        share = (hi - lo) / B  # the chunk's weight in the batch mean
+        _, grads = model.backward(cross_entropy_backward(share, c_loss), cache)
+        return float(loss) * share, grads, logits
+
+    if B == 0:
+        raise ValueError("the batch is empty")
+    parts = split_batch(chunk, np.arange(B), threads)
+    loss = sum(part[0] for part in parts)
+    grads = parts[0][1]
+    for part in parts[1:]:
+        for k, g in part[1].items():
+            grads[k] += g
+    return loss, grads, np.concatenate([part[2] for part in parts])
+
+
+class _BatchDraws:
+    """Stochastic depth's coin flips, shared by the chunks of a batch: the k-th draw is one
+    ``rng.random(B)`` for the whole batch, made once (in order, under a lock), and a chunk
+    takes its rows of it (:meth:`rows` -> an object with ``random(n)``, what
+    ``layers.drop_path_mask`` calls)."""
+
+    def __init__(self, rng: np.random.Generator, batch: int):
+        if not isinstance(rng, np.random.Generator):
+            raise ValueError(f"rng must be a numpy.random.Generator (np.random.default_rng(seed)) "
+                             f"or None, got {type(rng).__name__}")
+        self.rng, self.batch, self.draws, self.lock = rng, batch, [], threading.Lock()
+
+    def draw(self, k: int) -> np.ndarray:
+        with self.lock:
+            while len(self.draws) <= k:
+                self.draws.append(self.rng.random(self.batch))
+            return self.draws[k]
+
+    def rows(self, lo: int, hi: int):
+        return _ChunkDraws(self, lo, hi)
+
+
+class _ChunkDraws:
+    def __init__(self, shared: _BatchDraws, lo: int, hi: int):
+        self.shared, self.lo, self.hi, self.count = shared, lo, hi, 0
+
+    def random(self, n: int) -> np.ndarray:
+        assert n == self.hi - self.lo
+        self.count += 1
+        return self.shared.draw(self.count - 1)[self.lo:self.hi]
 
 
 def train_step(model, optimizer: AdamW, images, labels, lr: float, label_smoothing: float = 0.0,
-               rng=None) -> tuple[float, int]:
+               rng=None, threads: int = 1) -> tuple[float, int]:
     """One optimisation step on a batch: forward, loss, backward, AdamW at learning rate ``lr``.
     Returns (loss, number of correct predictions), as the PyTorch trainer's ``train_step``.
 
     A loss or gradient that is not finite stops training with a ``FloatingPointError`` naming
     the step, *before* the update: the weights stay those of the last good step."""
-    loss, grads, logits = loss_and_grads(model, images, labels, label_smoothing, rng)
+    loss, grads, logits = loss_and_grads(model, images, labels, label_smoothing, rng, threads)
     step = optimizer.steps + 1
     if not math.isfinite(loss):
         raise FloatingPointError(f"the loss is {loss} at step {step}; training stopped before "
