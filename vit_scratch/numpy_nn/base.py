@@ -6,8 +6,9 @@ provides ``forward_features``, ``forward_intermediates`` and ``get_attention_map
 with ``images = self.prepare_images(images)`` (the input checks and dtype policy of
 ``vit_scratch.checks``, the same as the PyTorch room's).  Attribute and method names are those of
 the PyTorch room
-(``vit_scratch.interface``); the NumPy room is inference only, so it has no classifier reset
-and no weight-decay list.
+(``vit_scratch.interface``).  For learning, each family's class adds ``forward_with_cache``
+and ``backward`` (the pattern of ``numpy_nn.backprop``); the weight-decay rule is
+``numpy_nn.training.decays``.  There is no classifier reset.
 """
 from __future__ import annotations
 
