@@ -1,6 +1,6 @@
 """Benchmark: one training step in the NumPy room over one in PyTorch, same model, same batch.
 
-    python benchmarks/bench_train_step.py                        # vit_digits, coat_lite_digits; 1 and 2 threads
+    python benchmarks/bench_train_step.py          # vit_digits, coat_lite_digits; 1 and 2 threads
     python benchmarks/bench_train_step.py --models cait_digits coat_digits --threads 1
     python benchmarks/bench_train_step.py --repeats 20 --markdown
 

@@ -254,8 +254,8 @@ def mix_heads_forward(attn: np.ndarray, weight: np.ndarray, bias: np.ndarray | N
 def mix_heads_backward(dout: np.ndarray, cache: Cache):
     """y[b, g] = Σ_h W[g, h] · a[b, h] + c[g], the same map at every (query, key) pair:
 
-        ∂L/∂a[b, h] = Σ_g W[g, h] · dy[b, g],   ∂L/∂W[g, h] = Σ_{b,i,j} dy[b, g, i, j] · a[b, h, i, j],
-        ∂L/∂c[g] = Σ_{b,i,j} dy[b, g, i, j]
+        ∂L/∂a[b, h] = Σ_g W[g, h] · dy[b, g],
+        ∂L/∂W[g, h] = Σ_{b,i,j} dy[b, g, i, j] · a[b, h, i, j],   ∂L/∂c[g] = Σ_{b,i,j} dy[b, g, i, j]
 
     -> (dattn (B, h, N_q, N_k), dweight (h', h), dbias (h',) or None)."""
     dout = check_backward("mix_heads", dout, cache)

@@ -68,7 +68,8 @@ def check_backward(op: str, dout, cache):
     if type(dout).__module__.startswith("torch"):
         raise ValueError(f"{op}_backward: dout is a {type(dout).__name__}; the NumPy room takes "
                          f"NumPy arrays")
-    if isinstance(cache.out_shape, tuple) and cache.out_shape and isinstance(cache.out_shape[0], tuple):
+    shapes = cache.out_shape
+    if isinstance(shapes, tuple) and shapes and isinstance(shapes[0], tuple):  # a list of outputs
         if not isinstance(dout, (list, tuple)) or len(dout) != len(cache.out_shape):
             raise ValueError(f"{op}_backward: dout must be a list of {len(cache.out_shape)} "
                              f"arrays of shapes {cache.out_shape}, got {_describe(dout)}")

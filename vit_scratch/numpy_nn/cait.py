@@ -129,7 +129,8 @@ class Cait(ModelBase):
             masks = [drop_path_mask(len(x), cfg.drop_path_rate, rng, self.dtype) for _ in range(2)]
             x, c = layerscale_block_forward(x, blk, cfg.num_heads, drop_path_masks=masks)
             blocks.append(c)
-        cls = np.broadcast_to(p["cls_token"].astype(x.dtype, copy=False), (x.shape[0], 1, x.shape[2]))
+        cls = np.broadcast_to(p["cls_token"].astype(x.dtype, copy=False),
+                              (x.shape[0], 1, x.shape[2]))  # (B, 1, C)
         ca_blocks = []
         for blk in self.blocks_token_only:
             cls, c = class_attention_block_forward(x, cls, blk, cfg.num_heads,

@@ -210,7 +210,8 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
             else:
                 (H, W), prev = sizes[s - 1], xs[-1]
                 grid = prev[:, 1:].reshape(B, H, W, prev.shape[-1])  # channels last
-                tokens, c = scale_patch_embed_forward(grid, self.patch_embeds[s], channels_last=True)
+                tokens, c = scale_patch_embed_forward(grid, self.patch_embeds[s],
+                                                      channels_last=True)
             c_embed.append(c)
             tokens, c = add_class_token_forward(tokens, p[f"cls_token{s + 1}"])
             c_cls.append(c)
@@ -236,7 +237,8 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
         scales = (3,) if cfg.is_lite else (1, 2, 3)
         c_norm, firsts = {}, []
         for s in scales:  # the final norms; only the class tokens go on
-            f, c_norm[s] = layer_norm_forward(xs[s], p[f"norm{s + 1}.weight"], p[f"norm{s + 1}.bias"])
+            f, c_norm[s] = layer_norm_forward(xs[s], p[f"norm{s + 1}.weight"],
+                                              p[f"norm{s + 1}.bias"])
             firsts.append(f[:, 0])
         if cfg.is_lite:
             pooled, stacked = firsts[0], None

@@ -219,8 +219,8 @@ def bilinear_resize_forward(x: np.ndarray, size=None, scale_factor=None, axes=(-
     """:func:`bilinear_resize` -> (out, cache)."""
     out = bilinear_resize(x, size=size, scale_factor=scale_factor, axes=axes)
     x = np.asarray(x)
-    return out, Cache("bilinear_resize", out, in_shape=x.shape, axes=tuple(a % x.ndim for a in axes),
-                      size=size, scale_factor=scale_factor)
+    return out, Cache("bilinear_resize", out, in_shape=x.shape,
+                      axes=tuple(a % x.ndim for a in axes), size=size, scale_factor=scale_factor)
 
 
 def bilinear_resize_backward(dout: np.ndarray, cache: Cache) -> np.ndarray:
@@ -407,7 +407,8 @@ def cross_scale_attention_backward(douts, cache: Cache):
                 add(j, 1, interpolate_tokens_backward(dk, c_k))
                 add(j, 2, interpolate_tokens_backward(dv, c_v))
             for n, (dw, db) in enumerate(zip(dws, dbs)):
-                for key, d in ((f"crpe.conv_list.{n}.weight", dw), (f"crpe.conv_list.{n}.bias", db)):
+                for leaf, d in (("weight", dw), ("bias", db)):
+                    key = f"crpe.conv_list.{n}.{leaf}"
                     datt[i][key] = datt[i][key] + d if key in datt[i] else d
     dnormed = []
     for s in PARALLEL_SCALES:

@@ -280,7 +280,8 @@ def split_batch(fn, x: np.ndarray, threads: int | None = None) -> list:
 # --- losses and stochastic depth --------------------------------------------------------------
 
 
-def cross_entropy(logits: np.ndarray, labels: np.ndarray, label_smoothing: float = 0.0) -> np.ndarray:
+def cross_entropy(logits: np.ndarray, labels: np.ndarray,
+                  label_smoothing: float = 0.0) -> np.ndarray:
     """Mean cross-entropy of ``logits`` (B, K) against integer ``labels`` (B,), with label
     smoothing as ``F.cross_entropy(logits, labels, label_smoothing=ε)``: the target of each
     image is (1 - ε)·one_hot(label) + ε/K, so

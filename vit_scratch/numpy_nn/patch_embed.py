@@ -145,8 +145,8 @@ def add_pos_embed(tokens: np.ndarray, pos_embed: np.ndarray) -> np.ndarray:
 def patch_embed_forward(images: np.ndarray, weight: np.ndarray, bias: np.ndarray):
     """:func:`patch_embed` -> (out, cache)."""
     out = patch_embed(images, weight, bias)
-    return out, Cache("patch_embed", out, images=np.asarray(images).astype(weight.dtype, copy=False),
-                      weight=weight)
+    images = np.asarray(images).astype(weight.dtype, copy=False)
+    return out, Cache("patch_embed", out, images=images, weight=weight)
 
 
 def patch_embed_backward(dout: np.ndarray, cache: Cache):
@@ -177,7 +177,9 @@ def add_class_token_backward(dout: np.ndarray, cache: Cache):
     """y = [cls; x]: the gradient splits along the tokens.  Every image's row 0 is the same
     learned token, so its gradient is the sum over the batch:
 
-        ∂L/∂x = dy[:, 1:],   ∂L/∂cls = Σ_b dy[b, 0]    -> (dtokens (B, N, C), dcls_token (1, 1, C))"""
+        ∂L/∂x = dy[:, 1:],   ∂L/∂cls = Σ_b dy[b, 0]
+
+    -> (dtokens (B, N, C), dcls_token (1, 1, C))"""
     dout = check_backward("add_class_token", dout, cache)
     return dout[:, 1:], dout[:, :1].sum(axis=0, keepdims=True)
 
