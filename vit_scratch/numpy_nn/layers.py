@@ -443,7 +443,11 @@ def mlp_forward(x: np.ndarray, fc1_weight: np.ndarray, fc1_bias: np.ndarray,
 
 
 def mlp_backward(dout: np.ndarray, cache: Cache):
-    """The chain rule through fc2, GELU, fc1 (each backward states its formula).
+    """h = x W₁ᵀ + b₁, a = GELU(h), y = a W₂ᵀ + b₂: the chain rule through the three, last first,
+
+        ∂L/∂W₂ = Σ dyᵀ a,  ∂L/∂b₂ = Σ dy,  ∂L/∂a = dy W₂,  ∂L/∂h = ∂L/∂a ⊙ GELU'(h),
+        ∂L/∂W₁ = Σ (∂L/∂h)ᵀ x,  ∂L/∂b₁ = Σ ∂L/∂h,  ∂L/∂x = (∂L/∂h) W₁
+
     -> (dx, dfc1_weight, dfc1_bias, dfc2_weight, dfc2_bias)."""
     dout = check_backward("mlp", dout, cache)
     da, dw2, db2 = linear_backward(dout, cache.fc2)
