@@ -1,4 +1,5 @@
-"""What a forward pass keeps for its backward pass: the :class:`Cache`.
+"""Backpropagation's shared pieces: the :class:`Cache` a forward pass keeps for its backward
+pass, and the bookkeeping of whole-model gradients.
 
 The NumPy room learns with one pattern, CS231n's (Stanford CS231n, "Convolutional Neural
 Networks for Visual Recognition", assignment 2, ``layers.py``; https://cs231n.github.io/)::
@@ -9,8 +10,8 @@ Networks for Visual Recognition", assignment 2, ``layers.py``; https://cs231n.gi
 * ``f_forward`` computes ``out`` with the plain forward functions: a leaf (``linear``,
   ``layer_norm``, ``gelu``, ``softmax``, ...) calls ``f`` itself and keeps its inputs; a composite
   (an attention, a block, a model) runs the same steps as ``f`` through its parts' ``_forward``
-  functions and keeps their caches.  The tests check that every ``f_forward`` returns exactly
-  ``f``'s output, so the two can never drift apart.
+  functions and keeps their caches.  The tests check that every ``f_forward`` returns ``f``'s
+  output, so the two can never drift apart.
 * ``f_backward`` returns the gradient of every array argument of ``f``, in ``f``'s argument
   order (``None`` for an absent bias); the gradient of a dict of parameters is a dict with the
   same keys.  Its docstring states the formula it implements.
@@ -97,16 +98,6 @@ def _describe(value) -> str:
     if isinstance(value, (list, tuple)):
         return f"a {type(value).__name__} of {len(value)} items"
     return type(value).__name__
-
-
-def sum_to(grad: np.ndarray, shape) -> np.ndarray:
-    """Undo broadcasting: the gradient of an array of ``shape`` that was broadcast to
-    ``grad.shape`` is ``grad`` summed over the broadcast axes (``(B, N, C)`` -> ``(1, N, C)``)."""
-    shape = tuple(shape)
-    lead = grad.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
-                                      if n == 1 and grad.shape[lead + i] != 1)
-    return grad.sum(axis=axes, keepdims=True).reshape(shape) if axes else grad
 
 
 # --- whole models -------------------------------------------------------------------------------
