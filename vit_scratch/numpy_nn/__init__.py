@@ -19,7 +19,16 @@ float64 out, so the tests can compare with PyTorch near machine precision.
     coat          scale_patch_embed, serial_block, CoaT (CoaT and CoaT-Lite)
     _fast         faster twins of gelu and depthwise_conv2d, and split_batch (threads over a
                   batch): what the models run, each tested equal to its plain formula
+
+Learning: each module above also has, for each of its functions ``f``, ``f_forward -> (out,
+cache)`` and ``f_backward(dout, cache) -> gradients`` (CS231n's pattern), and each model a
+``forward_with_cache`` and a ``backward``:
+
+    backprop      Cache, check_backward (the pattern), trainable_params, model_gradients
+    layers        + cross_entropy, drop_path_mask, drop_path
+    training      AdamW, lr_at, decays, loss_and_grads, train_step
 """
 from . import attention, layers, patch_embed, vit  # noqa: F401
 from . import cait, class_attention, layerscale  # noqa: F401
 from . import coat, conv_position_encoding, coscale, factorized_attention  # noqa: F401
+from . import backprop, training  # noqa: F401

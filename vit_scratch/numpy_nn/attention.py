@@ -12,7 +12,9 @@ import numpy as np
 from einops import rearrange
 
 from .. import validation
-from .layers import linear, softmax
+from .backprop import Cache, check_backward
+from .layers import (linear, linear_backward, linear_forward, softmax, softmax_backward,
+                     softmax_forward)
 
 
 def attention_weights(q: np.ndarray, k: np.ndarray, mask: np.ndarray | None = None,
@@ -177,3 +179,130 @@ def talking_heads_attention(x: np.ndarray, qkv_weight: np.ndarray, qkv_bias: np.
     attn = mix_heads(softmax(scores, axis=-1, out=scores), proj_w_weight, proj_w_bias)  # and after
     out = linear(merge_heads(attn @ v), proj_weight, proj_bias)  # (B, N, C)
     return (out, attn) if return_attention else out
+
+
+# --- backward passes ----------------------------------------------------------------------------
+# ``f_forward -> (out, cache)``, ``f_backward(dout, cache) -> gradients of f's array arguments``
+# (the pattern of ``vit_scratch.numpy_nn.backprop``).  The masks are given, not learned: they get
+# no gradient.
+
+
+def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None,
+                      scale: float | None = None):
+    """:func:`scaled_dot_product_attention` -> (out, cache); ``cache.attn`` holds the weights."""
+    out, attn = scaled_dot_product_attention(q, k, v, mask=mask, scale=scale,
+                                             return_attention=True)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    return out, Cache("attention", out, q=q, k=k, v=v, attn=attn, scale=scale)
+
+
+def attention_backward(dout: np.ndarray, cache: Cache):
+    """With S = s·q kᵀ, P = softmax(S) row by row, O = P v:
+
+        ∂L/∂v = Pᵀ dO,      ∂L/∂P = dO vᵀ,
+        ∂L/∂S = P ⊙ (dP - Σ_j dP_j P_j)      (softmax's Jacobian-vector product, per row)
+        ∂L/∂q = s · dS k,   ∂L/∂k = s · dSᵀ q
+
+    A masked-out score has P = 0, so its dS is 0 (and a row that may attend to nothing, all
+    zero weights, sends no gradient).  -> (dq, dk, dv), shaped like q, k, v."""
+    dout = check_backward("attention", dout, cache)
+    q, k, v, p, s = cache.q, cache.k, cache.v, cache.attn, cache.scale
+    dv = np.swapaxes(p, -1, -2) @ dout  # (..., N_k, d_v)
+    dp = dout @ np.swapaxes(v, -1, -2)  # (..., N_q, N_k)
+    ds = p * (dp - np.sum(dp * p, axis=-1, keepdims=True))
+    ds *= np.asarray(s, dtype=ds.dtype)
+    return ds @ k, np.swapaxes(ds, -1, -2) @ q, dv
+
+
+def _heads_to_qkv(dq: np.ndarray, dk: np.ndarray, dv: np.ndarray) -> np.ndarray:
+    """Three (B, h, N, d) gradients -> the (B, N, 3·h·d) gradient of the fused qkv projection
+    (the inverse of ``rearrange(qkv, "b n (three h d) -> three b h n d")``)."""
+    return rearrange(np.stack([dq, dk, dv]), "three b h n d -> b n (three h d)")
+
+
+def multi_head_attention_forward(x: np.ndarray, qkv_weight: np.ndarray, qkv_bias: np.ndarray | None,
+                                 proj_weight: np.ndarray, proj_bias: np.ndarray, num_heads: int,
+                                 mask: np.ndarray | None = None):
+    """:func:`multi_head_attention` -> (out, cache), through the parts' ``_forward``s;
+    ``cache.attention.attn`` holds the weights (B, h, N, N)."""
+    qkv, c_qkv = linear_forward(x, qkv_weight, qkv_bias)  # (B, N, 3C)
+    q, k, v = rearrange(qkv, "b n (three h d) -> three b h n d", three=3, h=num_heads)
+    o, c_att = attention_forward(q, k, v, mask=mask)  # (B, h, N, d)
+    out, c_proj = linear_forward(merge_heads(o), proj_weight, proj_bias)  # (B, N, C)
+    return out, Cache("multi_head_attention", out, qkv=c_qkv, attention=c_att, proj=c_proj,
+                      num_heads=num_heads)
+
+
+def multi_head_attention_backward(dout: np.ndarray, cache: Cache):
+    """The chain rule back through proj, the merged heads (a reshape: its gradient is the
+    inverse reshape), attention and the fused qkv projection, whose gradient is the three
+    heads' dq, dk, dv laid side by side as [q; k; v].
+    -> (dx, dqkv_weight, dqkv_bias, dproj_weight, dproj_bias)."""
+    dout = check_backward("multi_head_attention", dout, cache)
+    dmerged, dproj_w, dproj_b = linear_backward(dout, cache.proj)
+    dq, dk, dv = attention_backward(split_heads(dmerged, cache.num_heads), cache.attention)
+    dx, dqkv_w, dqkv_b = linear_backward(_heads_to_qkv(dq, dk, dv), cache.qkv)
+    return dx, dqkv_w, dqkv_b, dproj_w, dproj_b
+
+
+def mix_heads_forward(attn: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None):
+    """:func:`mix_heads` -> (out, cache)."""
+    out = mix_heads(attn, weight, bias)
+    return out, Cache("mix_heads", out, attn=attn, weight=weight, has_bias=bias is not None)
+
+
+def mix_heads_backward(dout: np.ndarray, cache: Cache):
+    """y[b, g] = Σ_h W[g, h] · a[b, h] + c[g], the same map at every (query, key) pair:
+
+        ∂L/∂a[b, h] = Σ_g W[g, h] · dy[b, g],
+        ∂L/∂W[g, h] = Σ_{b,i,j} dy[b, g, i, j] · a[b, h, i, j],   ∂L/∂c[g] = Σ_{b,i,j} dy[b, g, i, j]
+
+    -> (dattn (B, h, N_q, N_k), dweight (h', h), dbias (h',) or None)."""
+    dout = check_backward("mix_heads", dout, cache)
+    a, w = cache.attn, cache.weight
+    B, h, nq, nk = a.shape
+    d3 = dout.reshape(B, w.shape[0], nq * nk)
+    dattn = np.matmul(w.T.astype(a.dtype, copy=False), d3).reshape(a.shape)
+    dweight = np.tensordot(d3, a.reshape(B, h, nq * nk), axes=([0, 2], [0, 2]))  # (h', h)
+    dbias = d3.sum(axis=(0, 2)) if cache.has_bias else None
+    return dattn, dweight, dbias
+
+
+def talking_heads_attention_forward(x: np.ndarray, qkv_weight: np.ndarray,
+                                    qkv_bias: np.ndarray | None, proj_l_weight: np.ndarray,
+                                    proj_l_bias: np.ndarray, proj_w_weight: np.ndarray,
+                                    proj_w_bias: np.ndarray, proj_weight: np.ndarray,
+                                    proj_bias: np.ndarray, num_heads: int):
+    """:func:`talking_heads_attention` -> (out, cache), through the parts' ``_forward``s;
+    ``cache.mix_w`` holds the mixed weights that multiply v."""
+    qkv, c_qkv = linear_forward(x, qkv_weight, qkv_bias)  # (B, N, 3C)
+    q, k, v = rearrange(qkv, "b n (three h d) -> three b h n d", three=3, h=num_heads)
+    s = np.asarray(q.shape[-1] ** -0.5, dtype=q.dtype)
+    scores = (q * s) @ np.swapaxes(k, -1, -2)  # (B, h, N, N)
+    mixed, c_l = mix_heads_forward(scores, proj_l_weight, proj_l_bias)  # talk before the softmax
+    p, c_soft = softmax_forward(mixed, axis=-1)
+    attn, c_w = mix_heads_forward(p, proj_w_weight, proj_w_bias)  # and after
+    out, c_proj = linear_forward(merge_heads(attn @ v), proj_weight, proj_bias)  # (B, N, C)
+    return out, Cache("talking_heads_attention", out, qkv=c_qkv, q=q, k=k, v=v, scale=s,
+                      mix_l=c_l, softmax=c_soft, mix_w=c_w, attn=attn, proj=c_proj,
+                      num_heads=num_heads)
+
+
+def talking_heads_attention_backward(dout: np.ndarray, cache: Cache):
+    """Back through proj, O = A v (∂L/∂A = dO vᵀ, ∂L/∂v = Aᵀ dO), the mix after the softmax,
+    the softmax, the mix before it, and the scores S = s·q kᵀ (∂L/∂q = s·dS k, ∂L/∂k = s·dSᵀ q).
+    -> (dx, dqkv_weight, dqkv_bias, dproj_l_weight, dproj_l_bias, dproj_w_weight, dproj_w_bias,
+    dproj_weight, dproj_bias)."""
+    dout = check_backward("talking_heads_attention", dout, cache)
+    q, k, v, attn, s = cache.q, cache.k, cache.v, cache.attn, cache.scale
+    dmerged, dproj_w, dproj_b = linear_backward(dout, cache.proj)
+    do = split_heads(dmerged, cache.num_heads)  # (B, h, N, d)
+    dv = np.swapaxes(attn, -1, -2) @ do
+    dattn = do @ np.swapaxes(v, -1, -2)  # (B, h, N, N)
+    dp, dw_w, dw_b = mix_heads_backward(dattn, cache.mix_w)
+    dmixed = softmax_backward(dp, cache.softmax)
+    dscores, dl_w, dl_b = mix_heads_backward(dmixed, cache.mix_l)
+    dscores *= s
+    dq, dk = dscores @ k, np.swapaxes(dscores, -1, -2) @ q
+    dx, dqkv_w, dqkv_b = linear_backward(_heads_to_qkv(dq, dk, dv), cache.qkv)
+    return dx, dqkv_w, dqkv_b, dl_w, dl_b, dw_w, dw_b, dproj_w, dproj_b

@@ -5,9 +5,10 @@ A family's NumPy model subclasses :class:`ModelBase`, sets ``param_shapes`` (its
 provides ``forward_features``, ``forward_intermediates`` and ``get_attention_maps``, each starting
 with ``images = self.prepare_images(images)`` (the input checks and dtype policy of
 ``vit_scratch.validation``, the same as the PyTorch room's).  Attribute and method names are
-those of the PyTorch room (``vit_scratch.interface``); the NumPy room is inference only, so it
-has no classifier reset and no weight-decay list.  Its params are checked once, here: keys,
-shapes, one floating dtype, finite values.
+those of the PyTorch room (``vit_scratch.interface``).  Its params are checked once, here: keys,
+shapes, one floating dtype, finite values.  For learning, each family's class adds
+``forward_with_cache`` and ``backward`` (the pattern of ``numpy_nn.backprop``); the weight-decay
+rule is ``numpy_nn.training.decays``.  There is no classifier reset.
 """
 from __future__ import annotations
 
@@ -123,9 +124,10 @@ class ModelBase:
 
 def fill_shared_keys(params: dict, groups, what: str = "params") -> dict:
     """Fill in the aliases of shared tensors: for each group of keys that name one tensor,
-    every key missing from ``params`` gets the array of a key that is there.  So a state_dict
-    with its aliases (``model.state_dict()``) and one without (a de-duplicated checkpoint file)
-    both work.  Aliases given with different values are a ``ValueError``."""
+    every key gets the *same* array (the first one given), so a state_dict with its aliases
+    (``model.state_dict()``) and one without (a de-duplicated checkpoint file) both work, and
+    an in-place update of the tensor (training) reaches every name.  Aliases given with
+    different values are a ``ValueError``."""
     params = dict(params)
     for group in groups:
         present = [k for k in group if k in params]
@@ -138,5 +140,5 @@ def fill_shared_keys(params: dict, groups, what: str = "params") -> dict:
                 raise ValueError(f"{what}: {k} and {present[0]} name one shared tensor but hold "
                                  f"different values")
         for k in group:
-            params.setdefault(k, first)
+            params[k] = first
     return params

@@ -15,11 +15,15 @@ import numpy as np
 
 from .. import interface, validation
 from ..specs.cait import CaitConfig, cait_param_shapes
+from .backprop import Cache, check_backward, check_trainable, model_gradients
 from .base import ModelBase
-from .class_attention import class_attention_block
-from .layers import layer_norm, sub_params
-from .layerscale import layerscale_block
-from .patch_embed import patch_embed
+from .class_attention import (class_attention_block, class_attention_block_backward,
+                              class_attention_block_forward)
+from .layers import (drop_path_mask, layer_norm, layer_norm_backward, layer_norm_forward,
+                     linear_backward, linear_forward, sub_params)
+from .layerscale import layerscale_block, layerscale_block_backward, layerscale_block_forward
+from .patch_embed import (add_pos_embed_backward, add_pos_embed_forward, patch_embed,
+                          patch_embed_backward, patch_embed_forward)
 
 
 class Cait(ModelBase):
@@ -107,3 +111,58 @@ class Cait(ModelBase):
         """(B, heads, 1, [1 +] N) -> (B, heads, gh, gw): the weights on the patches."""
         return interface.readout_grid(weights, self.cfg.grid_size,
                                       1 if self.cfg.class_token_in_keys else 0)
+
+    # --- learning: the forward pass with its cache, and the backward pass ------------------------
+    def forward_with_cache(self, images, rng=None):
+        """logits (B, num_classes) and the cache for :meth:`backward`, by the same steps as
+        ``__call__``.  ``rng`` (a ``np.random.Generator``): training mode, stochastic depth
+        drawn from it at the config's rate in every self-attention block (the class-attention
+        blocks have none, as in the PyTorch model); None: eval mode."""
+        cfg, p = self.cfg, self.params
+        check_trainable(self, rng)
+        images = self.prepare_images(images)
+        x, c_patch = patch_embed_forward(images, p["patch_embed.proj.weight"],
+                                         p["patch_embed.proj.bias"])  # (B, N, C)
+        x, c_pos = add_pos_embed_forward(x, p["pos_embed"])
+        blocks = []
+        for blk in self.blocks:
+            masks = [drop_path_mask(len(x), cfg.drop_path_rate, rng, self.dtype) for _ in range(2)]
+            x, c = layerscale_block_forward(x, blk, cfg.num_heads, drop_path_masks=masks)
+            blocks.append(c)
+        cls = np.broadcast_to(p["cls_token"].astype(x.dtype, copy=False),
+                              (x.shape[0], 1, x.shape[2]))  # (B, 1, C)
+        ca_blocks = []
+        for blk in self.blocks_token_only:
+            cls, c = class_attention_block_forward(x, cls, blk, cfg.num_heads,
+                                                   cfg.class_token_in_keys)
+            ca_blocks.append(c)
+        x, c_norm = layer_norm_forward(np.concatenate([cls, x], axis=1), p["norm.weight"],
+                                       p["norm.bias"])  # (B, 1 + N, C)
+        logits, c_head = linear_forward(x[:, 0], p["head.weight"], p["head.bias"])
+        return logits, Cache("Cait", logits, patch=c_patch, pos=c_pos, blocks=blocks,
+                             ca_blocks=ca_blocks, norm=c_norm, head=c_head, tokens=x.shape)
+
+    def backward(self, dlogits, cache):
+        """The chain rule from the logits back to the images.  The patch tokens x feed every
+        class-attention block and the final norm, so their gradient is the sum over those uses;
+        the learned class token is broadcast over the batch, so its gradient is the sum over
+        the images.  -> (dimages (B, C, H, W), {state_dict key: gradient})."""
+        dlogits = check_backward("Cait", dlogits, cache)
+        g = {}
+        dpooled, g["head.weight"], g["head.bias"] = linear_backward(dlogits, cache.head)
+        dtokens = np.zeros(cache.tokens, dtype=dpooled.dtype)
+        dtokens[:, 0] = dpooled  # only the class token reaches the head
+        dtokens, g["norm.weight"], g["norm.bias"] = layer_norm_backward(dtokens, cache.norm)
+        dcls, dx = dtokens[:, :1], dtokens[:, 1:].copy()
+        for i in reversed(range(len(cache.ca_blocks))):
+            dx_i, dcls, d = class_attention_block_backward(dcls, cache.ca_blocks[i])
+            dx += dx_i
+            g.update({f"blocks_token_only.{i}.{k}": v for k, v in d.items()})
+        g["cls_token"] = dcls.sum(axis=0, keepdims=True)
+        for i in reversed(range(len(cache.blocks))):
+            dx, d = layerscale_block_backward(dx, cache.blocks[i])
+            g.update({f"blocks.{i}.{k}": v for k, v in d.items()})
+        dx, g["pos_embed"] = add_pos_embed_backward(dx, cache.pos)
+        dimages, g["patch_embed.proj.weight"], g["patch_embed.proj.bias"] = \
+            patch_embed_backward(dx, cache.patch)
+        return dimages, model_gradients(self, g)

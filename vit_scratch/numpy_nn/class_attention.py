@@ -20,9 +20,12 @@ from __future__ import annotations
 import numpy as np
 
 from .. import validation
-from .attention import merge_heads, scaled_dot_product_attention, split_heads
-from .layers import layer_norm, linear, mlp
-from .layerscale import layer_scale
+from .attention import (attention_backward, attention_forward, merge_heads,
+                        scaled_dot_product_attention, split_heads)
+from .backprop import Cache, check_backward
+from .layers import (layer_norm, layer_norm_backward, layer_norm_forward, linear,
+                     linear_backward, linear_forward, mlp, mlp_backward, mlp_forward)
+from .layerscale import layer_scale, layer_scale_backward, layer_scale_forward
 
 
 def class_attention(u: np.ndarray, q_weight: np.ndarray, q_bias: np.ndarray | None,
@@ -74,3 +77,96 @@ def class_attention_block(x: np.ndarray, cls: np.ndarray, p: dict, num_heads: in
                                 p["mlp.fc1.weight"], p["mlp.fc1.bias"], p["mlp.fc2.weight"],
                                 p["mlp.fc2.bias"]), p["gamma_2"])
     return (cls, attn) if return_attention else cls
+
+
+# --- backward passes ----------------------------------------------------------------------------
+# ``f_forward -> (out, cache)``, ``f_backward(dout, cache) -> gradients`` (the pattern of
+# ``vit_scratch.numpy_nn.backprop``); a dict of parameters gets a dict of gradients, same keys.
+
+_MLP_KEYS = ("mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias")
+
+
+def class_attention_forward(u: np.ndarray, q_weight: np.ndarray, q_bias: np.ndarray | None,
+                            k_weight: np.ndarray, k_bias: np.ndarray | None, v_weight: np.ndarray,
+                            v_bias: np.ndarray | None, proj_weight: np.ndarray,
+                            proj_bias: np.ndarray, num_heads: int,
+                            class_token_in_keys: bool = True):
+    """:func:`class_attention` -> (out, cache), through the parts' ``_forward``s;
+    ``cache.attention.attn`` holds the weights (B, h, 1, M)."""
+    z = u if class_token_in_keys else u[:, 1:]  # what the class token may look at
+    q, c_q = linear_forward(u[:, :1], q_weight, q_bias)  # (B, 1, C)
+    k, c_k = linear_forward(z, k_weight, k_bias)  # (B, M, C)
+    v, c_v = linear_forward(z, v_weight, v_bias)
+    o, c_att = attention_forward(split_heads(q, num_heads), split_heads(k, num_heads),
+                                 split_heads(v, num_heads))  # (B, h, 1, d)
+    out, c_proj = linear_forward(merge_heads(o), proj_weight, proj_bias)  # (B, 1, C)
+    return out, Cache("class_attention", out, q=c_q, k=c_k, v=c_v, attention=c_att, proj=c_proj,
+                      num_heads=num_heads, class_token_in_keys=class_token_in_keys,
+                      u_shape=u.shape)
+
+
+def class_attention_backward(dout: np.ndarray, cache: Cache):
+    """Attention with the one query of the class token (``attention_backward`` states the
+    formulas), then the projections.  u feeds two paths, so its gradient is their sum:
+
+        ∂L/∂u = [∂L/∂u₀ from the query; 0] + ∂L/∂z from the keys and values
+
+    where z = u (class token in the keys) or z = u[:, 1:] (not: only the patches get the
+    keys' and values' gradient).  -> (du (B, 1 + N, C), dq_weight, dq_bias, dk_weight, dk_bias,
+    dv_weight, dv_bias, dproj_weight, dproj_bias)."""
+    dout = check_backward("class_attention", dout, cache)
+    h = cache.num_heads
+    dmerged, dproj_w, dproj_b = linear_backward(dout, cache.proj)
+    dq, dk, dv = attention_backward(split_heads(dmerged, h), cache.attention)
+    du = np.zeros(cache.u_shape, dtype=dout.dtype)
+    dz = du if cache.class_token_in_keys else du[:, 1:]  # a view: writing it writes du
+    dz_k, dk_w, dk_b = linear_backward(merge_heads(dk), cache.k)
+    dz_v, dv_w, dv_b = linear_backward(merge_heads(dv), cache.v)
+    dz += dz_k
+    dz += dz_v
+    du_q, dq_w, dq_b = linear_backward(merge_heads(dq), cache.q)
+    du[:, :1] += du_q
+    return du, dq_w, dq_b, dk_w, dk_b, dv_w, dv_b, dproj_w, dproj_b
+
+
+def class_attention_block_forward(x: np.ndarray, cls: np.ndarray, p: dict, num_heads: int,
+                                  class_token_in_keys: bool = True):
+    """:func:`class_attention_block` -> (the new class token (B, 1, C), cache)."""
+    u = np.concatenate([cls.astype(x.dtype, copy=False), x], axis=1)  # (B, 1 + N, C)
+    h, c_n1 = layer_norm_forward(u, p["norm1.weight"], p["norm1.bias"])
+    h, c_att = class_attention_forward(
+        h, p["attn.q.weight"], p.get("attn.q.bias"), p["attn.k.weight"], p.get("attn.k.bias"),
+        p["attn.v.weight"], p.get("attn.v.bias"), p["attn.proj.weight"], p["attn.proj.bias"],
+        num_heads, class_token_in_keys=class_token_in_keys)
+    h, c_ls1 = layer_scale_forward(h, p["gamma_1"])
+    cls = u[:, :1] + h
+    h, c_n2 = layer_norm_forward(cls, p["norm2.weight"], p["norm2.bias"])
+    h, c_mlp = mlp_forward(h, *(p[k] for k in _MLP_KEYS))
+    h, c_ls2 = layer_scale_forward(h, p["gamma_2"])
+    out = cls + h
+    return out, Cache("class_attention_block", out, norm1=c_n1, attn=c_att, ls1=c_ls1,
+                      norm2=c_n2, mlp=c_mlp, ls2=c_ls2,
+                      qkv_bias=[k for k in ("attn.q.bias", "attn.k.bias", "attn.v.bias") if k in p])
+
+
+def class_attention_block_backward(dout: np.ndarray, cache: Cache):
+    """u = [cls; x], cls₁ = cls + γ₁ ⊙ CA(norm1(u)), y = cls₁ + γ₂ ⊙ mlp(norm2(cls₁)).
+    The patches x reach the output only through the keys and values, so ∂L/∂x is
+    ∂L/∂u[:, 1:]; the class token gets ∂L/∂cls₁ (the residual) plus ∂L/∂u[:, :1].
+    -> (dx (B, N, C), dcls (B, 1, C), {key: gradient} with p's keys)."""
+    dout = check_backward("class_attention_block", dout, cache)
+    g = {}
+    dh, g["gamma_2"] = layer_scale_backward(dout, cache.ls2)
+    dh, *d_mlp = mlp_backward(dh, cache.mlp)
+    g.update(zip(_MLP_KEYS, d_mlp))
+    dcls, g["norm2.weight"], g["norm2.bias"] = layer_norm_backward(dh, cache.norm2)
+    dcls += dout
+    dh, g["gamma_1"] = layer_scale_backward(dcls, cache.ls1)
+    (dh, g["attn.q.weight"], dq_b, g["attn.k.weight"], dk_b, g["attn.v.weight"], dv_b,
+     g["attn.proj.weight"], g["attn.proj.bias"]) = class_attention_backward(dh, cache.attn)
+    for key, d in zip(("attn.q.bias", "attn.k.bias", "attn.v.bias"), (dq_b, dk_b, dv_b)):
+        if key in cache.qkv_bias:
+            g[key] = d
+    du, g["norm1.weight"], g["norm1.bias"] = layer_norm_backward(dh, cache.norm1)
+    du[:, :1] += dcls
+    return du[:, 1:], du[:, :1], g

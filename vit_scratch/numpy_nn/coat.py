@@ -25,12 +25,16 @@ from .. import interface, validation
 from ..specs.coat import (CoaTConfig, CoaTImageSizeMixin, coat_feature_info, coat_param_shapes,
                           shared_keys)
 from . import _fast
+from .backprop import Cache, check_backward, check_trainable, model_gradients
 from .base import ModelBase
-from .conv_position_encoding import conv_pos_enc
-from .coscale import parallel_block
-from .factorized_attention import conv_attention
-from .layers import layer_norm, linear, mlp, sub_params
-from .patch_embed import add_class_token
+from .conv_position_encoding import conv_pos_enc, conv_pos_enc_backward, conv_pos_enc_forward
+from .coscale import parallel_block, parallel_block_backward, parallel_block_forward
+from .factorized_attention import (conv_attention, conv_attention_backward,
+                                   conv_attention_forward)
+from .layers import (drop_path_backward, drop_path_forward, drop_path_mask, layer_norm,
+                     layer_norm_backward, layer_norm_forward, linear, linear_backward,
+                     linear_forward, mlp, mlp_backward, mlp_forward, sub_params)
+from .patch_embed import add_class_token, add_class_token_backward, add_class_token_forward
 
 PATCH_NORM_EPS = 1e-5  # CoaT's patch-embedding LayerNorms (the token LayerNorms use 1e-6)
 
@@ -185,6 +189,116 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
         return [interface.factorized_attention_map(r.key_softmax, r.class_query, view)
                 for r in self._records(images)]
 
+    # --- learning: the forward pass with its cache, and the backward pass ------------------------
+    def forward_with_cache(self, images, rng=None):
+        """logits (B, num_classes) and the cache for :meth:`backward`, by the same steps as
+        ``__call__`` (on the whole batch, in this thread).  ``rng`` (a
+        ``np.random.Generator``): training mode, stochastic depth drawn from it at the config's
+        rate in every serial and parallel block, as the PyTorch model; None: eval mode."""
+        cfg, p = self.cfg, self.params
+        check_trainable(self, rng)
+        images = self.prepare_images(images)
+        sizes = self.grid_sizes(images)
+        B = len(images)
+
+        def masks():  # a block's two DropPath draws: attention and MLP branch
+            return [drop_path_mask(B, cfg.drop_path_rate, rng, self.dtype) for _ in range(2)]
+
+        xs, c_embed, c_cls, c_serial = [], [], [], []
+        for s in range(4):
+            if s == 0:
+                tokens, c = scale_patch_embed_forward(images, self.patch_embeds[0])
+            else:
+                (H, W), prev = sizes[s - 1], xs[-1]
+                grid = prev[:, 1:].reshape(B, H, W, prev.shape[-1])  # channels last
+                tokens, c = scale_patch_embed_forward(grid, self.patch_embeds[s],
+                                                      channels_last=True)
+            c_embed.append(c)
+            tokens, c = add_class_token_forward(tokens, p[f"cls_token{s + 1}"])
+            c_cls.append(c)
+            caches = []
+            for blk in self.serial_blocks[s]:
+                tokens, c = serial_block_forward(tokens, blk, cfg.num_heads, sizes[s], masks())
+                caches.append(c)
+            c_serial.append(caches)
+            xs.append(tokens)
+        c_parallel = []
+        if self.parallel_blocks:
+            rest = xs[1:]
+            for blk in self.parallel_blocks:
+                c_cpe = []
+                for n, (x, s, size) in enumerate(zip(rest, (2, 3, 4), sizes[1:])):
+                    rest[n], c = conv_pos_enc_forward(x, p[f"cpe{s}.proj.weight"],
+                                                      p[f"cpe{s}.proj.bias"], size)
+                    c_cpe.append(c)
+                rest, c = parallel_block_forward(rest, blk, sizes[1:], cfg.num_heads,
+                                                 cfg.parallel_mode, [masks() for _ in range(3)])
+                c_parallel.append((c_cpe, c))
+            xs[1:] = rest
+        scales = (3,) if cfg.is_lite else (1, 2, 3)
+        c_norm, firsts = {}, []
+        for s in scales:  # the final norms; only the class tokens go on
+            f, c_norm[s] = layer_norm_forward(xs[s], p[f"norm{s + 1}.weight"],
+                                              p[f"norm{s + 1}.bias"])
+            firsts.append(f[:, 0])
+        if cfg.is_lite:
+            pooled, stacked = firsts[0], None
+        else:  # aggregate: a 1×1 Conv1d mixing the three class tokens
+            stacked = np.stack(firsts, axis=1)  # (B, 3, C)
+            w, b = p["aggregate.weight"], p["aggregate.bias"]
+            pooled = np.einsum("bsc,s->bc", stacked, w[0, :, 0]) + b[0]
+        logits, c_head = linear_forward(pooled, p["head.weight"], p["head.bias"])
+        return logits, Cache("CoaT", logits, embed=c_embed, cls=c_cls, serial=c_serial,
+                             parallel=c_parallel, norm=c_norm, stacked=stacked, head=c_head,
+                             sizes=sizes, shapes=[x.shape for x in xs])
+
+    def backward(self, dlogits, cache):
+        """The chain rule from the logits back to the images.  A scale's serial output feeds
+        the next scale's patch embedding and (CoaT) the parallel blocks: its gradient is the
+        sum of both.  ``cpe{s}`` runs before every parallel block, so its gradient sums over
+        them; the aliases of shared tensors are summed into the canonical key by
+        ``backprop.model_gradients``.  -> (dimages (B, C, H, W), {key: gradient})."""
+        dlogits = check_backward("CoaT", dlogits, cache)
+        cfg, p, g = self.cfg, self.params, {}
+
+        def add(key, value):
+            g[key] = g[key] + value if key in g else value
+
+        dpooled, g["head.weight"], g["head.bias"] = linear_backward(dlogits, cache.head)
+        if cfg.is_lite:
+            dfirsts = {3: dpooled}
+        else:
+            w = p["aggregate.weight"][0, :, 0]
+            g["aggregate.weight"] = np.einsum("bc,bsc->s", dpooled, cache.stacked).reshape(1, 3, 1)
+            g["aggregate.bias"] = dpooled.sum().reshape(1)
+            dfirsts = {s: dpooled * w[n] for n, s in enumerate((1, 2, 3))}
+        dxs = [np.zeros(shape, dtype=dpooled.dtype) for shape in cache.shapes]
+        for s, d in dfirsts.items():
+            df = np.zeros_like(dxs[s])
+            df[:, 0] = d
+            dxs[s], g[f"norm{s + 1}.weight"], g[f"norm{s + 1}.bias"] = layer_norm_backward(
+                df, cache.norm[s])
+        for n in reversed(range(len(cache.parallel))):
+            c_cpe, c_blk = cache.parallel[n]
+            drest, d = parallel_block_backward(dxs[1:], c_blk)
+            g.update({f"parallel_blocks.{n}.{k}": v for k, v in d.items()})
+            for i, s in enumerate((2, 3, 4)):
+                drest[i], dw, db = conv_pos_enc_backward(drest[i], c_cpe[i])
+                add(f"cpe{s}.proj.weight", dw)
+                add(f"cpe{s}.proj.bias", db)
+            dxs[1:] = drest
+        for s in reversed(range(4)):
+            dtokens = dxs[s]
+            for n in reversed(range(len(cache.serial[s]))):
+                dtokens, d = serial_block_backward(dtokens, cache.serial[s][n])
+                g.update({f"serial_blocks{s + 1}.{n}.{k}": v for k, v in d.items()})
+            dtokens, g[f"cls_token{s + 1}"] = add_class_token_backward(dtokens, cache.cls[s])
+            dgrid, d = scale_patch_embed_backward(dtokens, cache.embed[s])
+            g.update({f"patch_embed{s + 1}.{k}": v for k, v in d.items()})
+            if s > 0:  # the grid was scale s-1's image tokens
+                dxs[s - 1][:, 1:] += dgrid.reshape(dgrid.shape[0], -1, dgrid.shape[-1])
+        return dgrid, model_gradients(self, g)
+
     def get_attention_grids(self, images: np.ndarray, view: str = "class") -> list[np.ndarray]:
         """One (B, h, H_s, W_s) grid per factorized-attention layer, on its scale's grid."""
         interface.check_attention_view(view)
@@ -192,3 +306,86 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
                     interface.factorized_attention_map(r.key_softmax, r.class_query, view),
                     r.size, view)
                 for r in self._records(images)]
+
+
+# --- backward passes ----------------------------------------------------------------------------
+# ``f_forward -> (out, cache)``, ``f_backward(dout, cache) -> gradients`` (the pattern of
+# ``vit_scratch.numpy_nn.backprop``); a dict of parameters gets a dict of gradients, same keys.
+
+_MLP_KEYS = ("mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias")
+
+
+def scale_patch_embed_forward(x: np.ndarray, p: dict, channels_last: bool = False):
+    """:func:`scale_patch_embed` -> (out, cache), through ``linear_forward`` and
+    ``layer_norm_forward``."""
+    weight = p["proj.weight"]
+    E, C, P, _ = weight.shape
+    if channels_last:
+        patches = rearrange(x, "b (gh p1) (gw p2) c -> b (gh gw) (p1 p2 c)", p1=P, p2=P)
+        w = weight.transpose(0, 2, 3, 1).reshape(E, -1)
+    else:
+        patches = rearrange(x, "b c (gh p1) (gw p2) -> b (gh gw) (c p1 p2)", p1=P, p2=P)
+        w = weight.reshape(E, -1)
+    tokens, c_proj = linear_forward(patches, w, p["proj.bias"])
+    out, c_norm = layer_norm_forward(tokens, p["norm.weight"], p["norm.bias"], eps=PATCH_NORM_EPS)
+    return out, Cache("scale_patch_embed", out, proj=c_proj, norm=c_norm, x_shape=x.shape,
+                      channels_last=channels_last, weight_shape=weight.shape)
+
+
+def scale_patch_embed_backward(dout: np.ndarray, cache: Cache):
+    """Back through the LayerNorm and the Linear on the flattened patches (``patch_embed_backward``
+    states the formulas); the patches' gradient is folded back into the grid, the flattened
+    weight's into the Conv2d layout (E, C, P, P).  -> (dx in x's layout, {key: gradient})."""
+    dout = check_backward("scale_patch_embed", dout, cache)
+    g = {}
+    dtokens, g["norm.weight"], g["norm.bias"] = layer_norm_backward(dout, cache.norm)
+    dpatches, dw, g["proj.bias"] = linear_backward(dtokens, cache.proj)
+    E, C, P, _ = cache.weight_shape
+    if cache.channels_last:
+        gh, gw = cache.x_shape[1] // P, cache.x_shape[2] // P
+        dx = rearrange(dpatches, "b (gh gw) (p1 p2 c) -> b (gh p1) (gw p2) c", gh=gh, gw=gw,
+                       p1=P, p2=P)
+        g["proj.weight"] = dw.reshape(E, P, P, C).transpose(0, 3, 1, 2)
+    else:
+        gh, gw = cache.x_shape[2] // P, cache.x_shape[3] // P
+        dx = rearrange(dpatches, "b (gh gw) (c p1 p2) -> b c (gh p1) (gw p2)", gh=gh, gw=gw,
+                       p1=P, p2=P)
+        g["proj.weight"] = dw.reshape(E, C, P, P)
+    return dx, {k: g[k] for k in ("proj.weight", "proj.bias", "norm.weight", "norm.bias")}
+
+
+def serial_block_forward(x: np.ndarray, p: dict, num_heads: int, size, drop_path_masks=None):
+    """:func:`serial_block` -> (out, cache).  ``drop_path_masks``: None, or the (B,) factors of
+    ``layers.drop_path_mask`` for the attention and the MLP branch."""
+    m1, m2 = drop_path_masks or (None, None)
+    x, c_cpe = conv_pos_enc_forward(x, p["cpe.proj.weight"], p["cpe.proj.bias"], size)
+    h, c_n1 = layer_norm_forward(x, p["norm1.weight"], p["norm1.bias"])
+    h, c_att = conv_attention_forward(h, sub_params(p, "factoratt_crpe."), num_heads, size)
+    h, c_dp1 = drop_path_forward(h, m1)
+    x = x + h
+    h, c_n2 = layer_norm_forward(x, p["norm2.weight"], p["norm2.bias"])
+    h, c_mlp = mlp_forward(h, *(p[k] for k in _MLP_KEYS))
+    h, c_dp2 = drop_path_forward(h, m2)
+    out = x + h
+    return out, Cache("serial_block", out, cpe=c_cpe, norm1=c_n1, attn=c_att, drop_path1=c_dp1,
+                      norm2=c_n2, mlp=c_mlp, drop_path2=c_dp2)
+
+
+def serial_block_backward(dout: np.ndarray, cache: Cache):
+    """x₀ = cpe(x), x₁ = x₀ + att(norm1(x₀)), y = x₁ + mlp(norm2(x₁)): residual gradients pass
+    through, each branch adds its own, and the CPE's backward comes last.
+    -> (dx, {key: gradient}) with p's keys."""
+    dout = check_backward("serial_block", dout, cache)
+    g = {}
+    dh = drop_path_backward(dout, cache.drop_path2)
+    dh, *d_mlp = mlp_backward(dh, cache.mlp)
+    g.update(zip(_MLP_KEYS, d_mlp))
+    dx1, g["norm2.weight"], g["norm2.bias"] = layer_norm_backward(dh, cache.norm2)
+    dx1 += dout
+    dh = drop_path_backward(dx1, cache.drop_path1)
+    dh, d_att = conv_attention_backward(dh, cache.attn)
+    g.update({f"factoratt_crpe.{k}": v for k, v in d_att.items()})
+    dx0, g["norm1.weight"], g["norm1.bias"] = layer_norm_backward(dh, cache.norm1)
+    dx0 += dx1
+    dx, g["cpe.proj.weight"], g["cpe.proj.bias"] = conv_pos_enc_backward(dx0, cache.cpe)
+    return dx, g

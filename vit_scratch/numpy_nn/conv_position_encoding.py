@@ -31,6 +31,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from .. import validation
 from . import _fast
+from .backprop import Cache, check_backward
 
 
 def clipped_relative_indices(num_tokens: int, window: int) -> np.ndarray:
@@ -152,3 +153,126 @@ def conv_rel_pos_enc(q: np.ndarray, v: np.ndarray, size, weights, biases) -> np.
     ev[:, :, 1:] = q[:, :, 1:] * np.moveaxis(conv_v, 2, 1)
     return ev
 
+
+# --- backward passes ----------------------------------------------------------------------------
+# ``f_forward -> (out, cache)``, ``f_backward(dout, cache) -> gradients`` (the pattern of
+# ``vit_scratch.numpy_nn.backprop``).
+
+
+def depthwise_conv2d_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None,
+                             channels_last: bool = False):
+    """:func:`depthwise_conv2d` -> (out, cache)."""
+    out = depthwise_conv2d(x, weight, bias, channels_last=channels_last)
+    return out, Cache("depthwise_conv2d", out, x=x, weight=weight, has_bias=bias is not None,
+                      channels_last=channels_last)
+
+
+def depthwise_conv2d_backward(dout: np.ndarray, cache: Cache):
+    """out[y, x, c] = Σ_ij x_pad[y + i, x + j, c] · w[c, i, j] + b[c]  (per image, zero padding
+    p = k // 2), so
+
+        ∂L/∂w[c, i, j] = Σ_{b,y,x} x_pad[b, y + i, x + j, c] · dout[b, y, x, c]
+        ∂L/∂b[c]       = Σ_{b,y,x} dout[b, y, x, c]
+        ∂L/∂x          = depthwise_conv2d(dout, w rotated by 180°)
+
+    The last line: pixel z met weight w[i] in output z - i + p, so ∂L/∂x[z] = Σ_i dout[z - i + p]
+    w[i] -- a 'same' convolution of dout with the flipped kernel (the transposed convolution
+    of stride 1).  -> (dx, dweight (C, 1, k, k), dbias (C,) or None), in x's layout."""
+    dout = check_backward("depthwise_conv2d", dout, cache)
+    return _depthwise_grads(dout, cache.x, cache.weight, cache.has_bias, cache.channels_last)
+
+
+def _depthwise_grads(dout, x, w, has_bias: bool, channels_last: bool):
+    k = w.shape[-1]
+    dx = depthwise_conv2d(dout, w[:, :, ::-1, ::-1], None, channels_last=channels_last)
+    xc = x if channels_last else np.moveaxis(x, 1, -1)  # (B, H, W, C) views
+    dc = dout if channels_last else np.moveaxis(dout, 1, -1)
+    p = k // 2
+    padded = np.pad(xc.astype(dout.dtype, copy=False), ((0, 0), (p, p), (p, p), (0, 0)))
+    windows = sliding_window_view(padded, (k, k), axis=(1, 2))  # (B, H, W, C, k, k)
+    dweight = np.einsum("bhwcij,bhwc->cij", windows, dc)[:, None]  # (C, 1, k, k)
+    dbias = dc.sum(axis=(0, 1, 2)) if has_bias else None
+    return dx.astype(dout.dtype, copy=False), dweight.astype(w.dtype, copy=False), dbias
+
+
+def conv_pos_enc_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, size):
+    """:func:`conv_pos_enc` -> (out, cache), through ``depthwise_conv2d_forward``."""
+    H, W = validation.check_token_grid(np.shape(x), size)
+    B, N, C = x.shape
+    img = x[:, 1:].reshape(B, H, W, C)  # a view: tokens are raster order, channels last
+    out = np.empty_like(x)
+    out[:, :1] = x[:, :1]
+    feat, c_conv = depthwise_conv2d_forward(img, weight, bias, channels_last=True)
+    feat += img
+    out[:, 1:] = feat.reshape(B, H * W, C)
+    return out, Cache("conv_pos_enc", out, conv=c_conv)
+
+
+def conv_pos_enc_backward(dout: np.ndarray, cache: Cache):
+    """y = [x_cls; f + dwconv(f)], f the image tokens: the class token's gradient passes
+    unchanged, and each image token gets its residual gradient plus the convolution's,
+    ∂L/∂f = dy_f + dwconvᵀ(dy_f).  -> (dx (B, 1 + H·W, C), dweight, dbias)."""
+    dout = check_backward("conv_pos_enc", dout, cache)
+    B, N, C = dout.shape
+    dimg = dout[:, 1:].reshape(cache.conv.x.shape)
+    dfeat, dweight, dbias = depthwise_conv2d_backward(np.ascontiguousarray(dimg), cache.conv)
+    dx = dout.copy()
+    dx[:, 1:] += dfeat.reshape(B, N - 1, C)
+    return dx, dweight, dbias
+
+
+def crpe_conv_forward(v_img: np.ndarray, weights, biases, head_dim: int):
+    """:func:`crpe_conv` -> (out, cache)."""
+    out = crpe_conv(v_img, weights, biases, head_dim)
+    return out, Cache("crpe_conv", out, v_img=v_img, weights=list(weights),
+                      has_bias=[b is not None for b in biases])
+
+
+def crpe_conv_backward(dout: np.ndarray, cache: Cache):
+    """Each head group's channels went through their own depthwise convolution, so each group
+    of channels takes that convolution's backward (:func:`depthwise_conv2d_backward`).
+    -> (dv_img (B, H, W, h·d), [dweight per group], [dbias per group])."""
+    dout = check_backward("crpe_conv", dout, cache)
+    v_img = cache.v_img
+    dv = np.empty(v_img.shape, dtype=dout.dtype)
+    dweights, dbiases, start = [], [], 0
+    for w, has_bias in zip(cache.weights, cache.has_bias):  # one convolution per head group
+        stop = start + w.shape[0]
+        dv[..., start:stop], dw, db = _depthwise_grads(
+            dout[..., start:stop], v_img[..., start:stop], w, has_bias, channels_last=True)
+        dweights.append(dw)
+        dbiases.append(db)
+        start = stop
+    return dv, dweights, dbiases
+
+
+def conv_rel_pos_enc_forward(q: np.ndarray, v: np.ndarray, size, weights, biases):
+    """:func:`conv_rel_pos_enc` -> (out, cache), through ``crpe_conv_forward``."""
+    B, h, N, d = q.shape
+    H, W = validation.to_2tuple(size, "size")
+    if N != 1 + H * W or v.shape != q.shape:
+        raise ValueError(f"q and v must have shape (B, h, 1 + H·W, d) = (B, h, {1 + H * W}, d) "
+                         f"for size {(H, W)}, got {q.shape} and {v.shape}")
+    v_img = np.moveaxis(v[:, :, 1:], 1, 2).reshape(B, H, W, h * d)  # (B, H, W, h·d), head-major
+    conv_v, c_conv = crpe_conv_forward(v_img, weights, biases, d)
+    conv_v = np.moveaxis(conv_v.reshape(B, H * W, h, d), 2, 1)  # (B, h, H·W, d)
+    ev = np.zeros(q.shape, dtype=np.result_type(q, conv_v))
+    ev[:, :, 1:] = q[:, :, 1:] * conv_v
+    return ev, Cache("conv_rel_pos_enc", ev, q=q, conv_v=conv_v, conv=c_conv)
+
+
+def conv_rel_pos_enc_backward(dout: np.ndarray, cache: Cache):
+    """EV = [0; q_img ⊙ conv(v_img)]  ⇒  ∂L/∂q_img = dEV_img ⊙ conv(v_img),
+    ∂L/∂conv(v_img) = dEV_img ⊙ q_img, then the convolutions' backward; the class token's row
+    of EV is the constant 0, so q_cls and v_cls get no gradient from it.
+    -> (dq, dv (B, h, 1 + H·W, d), [dweight per group], [dbias per group])."""
+    dout = check_backward("conv_rel_pos_enc", dout, cache)
+    q, conv_v = cache.q, cache.conv_v
+    B, h, N, d = q.shape
+    dq = np.zeros_like(dout)
+    dq[:, :, 1:] = dout[:, :, 1:] * conv_v
+    dconv = np.moveaxis(dout[:, :, 1:] * q[:, :, 1:], 1, 2).reshape(cache.conv.v_img.shape)
+    dv_img, dweights, dbiases = crpe_conv_backward(dconv, cache.conv)
+    dv = np.zeros_like(dout)
+    dv[:, :, 1:] = np.moveaxis(dv_img.reshape(B, N - 1, h, d), 2, 1)
+    return dq, dv, dweights, dbiases

@@ -41,8 +41,13 @@ from __future__ import annotations
 import numpy as np
 
 from .. import validation
-from .factorized_attention import conv_attend, conv_attention, crpe_params, split_qkv
-from .layers import layer_norm, linear, mlp
+from .backprop import Cache, check_backward
+from .factorized_attention import (conv_attend, conv_attend_backward, conv_attend_forward,
+                                   conv_attention, conv_attention_backward,
+                                   conv_attention_forward, crpe_params, split_qkv)
+from .layers import (drop_path_backward, drop_path_forward, layer_norm, layer_norm_backward,
+                     layer_norm_forward, linear, linear_backward, linear_forward, mlp,
+                     mlp_backward, mlp_forward)
 
 PARALLEL_SCALES = (2, 3, 4)
 
@@ -187,3 +192,227 @@ def cross_scale_attention(normed, att: dict, sizes, num_heads: int, records: lis
                 acc += conv_attend(q, k_ji, v_ji, size[i], num_heads, weights, biases)
         out.append(linear(acc, att[i]["proj.weight"], att[i]["proj.bias"]))
     return out
+
+
+# --- backward passes ----------------------------------------------------------------------------
+# ``f_forward -> (out, cache)``, ``f_backward(dout, cache) -> gradients`` (the pattern of
+# ``vit_scratch.numpy_nn.backprop``); a dict of parameters gets a dict of gradients, same keys.
+
+_MLP = ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")
+
+
+def resize_matrix(in_size: int, out_size: int, ratio: float, dtype) -> np.ndarray:
+    """1-D linear resizing as a matrix M (out_size, in_size): ``M @ x`` resizes x along one
+    axis exactly as :func:`bilinear_resize` does (the same taps and weights); each row has at
+    most two non-zero entries, summing to 1."""
+    i0, i1, w0, w1 = _linear_taps(in_size, out_size, ratio, dtype)
+    m = np.zeros((out_size, in_size), dtype=dtype)
+    rows = np.arange(out_size)
+    np.add.at(m, (rows, i0), w0)
+    np.add.at(m, (rows, i1), w1)
+    return m
+
+
+def bilinear_resize_forward(x: np.ndarray, size=None, scale_factor=None, axes=(-2, -1)):
+    """:func:`bilinear_resize` -> (out, cache)."""
+    out = bilinear_resize(x, size=size, scale_factor=scale_factor, axes=axes)
+    x = np.asarray(x)
+    return out, Cache("bilinear_resize", out, in_shape=x.shape,
+                      axes=tuple(a % x.ndim for a in axes), size=size, scale_factor=scale_factor)
+
+
+def bilinear_resize_backward(dout: np.ndarray, cache: Cache) -> np.ndarray:
+    """Bilinear resizing is linear and separable: out = M_h x M_wᵀ along the two axes, with
+    the 1-D resizing matrices of :func:`resize_matrix`.  Its gradient is the transpose,
+
+        ∂L/∂x = M_hᵀ dout M_w
+
+    which scatters each output pixel's gradient back to the (up to four) input pixels it
+    blended, with the same weights.  -> dx, x's shape."""
+    dout = check_backward("bilinear_resize", dout, cache)
+    ah, aw = cache.axes
+    in_hw = (cache.in_shape[ah], cache.in_shape[aw])
+    (out_h, out_w), (rh, rw) = resized_shape(in_hw, cache.size, cache.scale_factor)
+    dtype = dout.dtype
+    m_h = resize_matrix(in_hw[0], out_h, rh, dtype)  # (H', H)
+    m_w = resize_matrix(in_hw[1], out_w, rw, dtype)  # (W', W)
+    dx = np.moveaxis(np.tensordot(m_h.T, np.moveaxis(dout, ah, 0), axes=1), 0, ah)  # H' -> H
+    return np.moveaxis(np.tensordot(m_w.T, np.moveaxis(dx, aw, 0), axes=1), 0, aw)  # W' -> W
+
+
+def interpolate_tokens_forward(x: np.ndarray, size, scale_factor: float):
+    """:func:`interpolate_tokens` -> (out, cache), through ``bilinear_resize_forward``."""
+    B, N, C = x.shape
+    H, W = validation.to_2tuple(size, "size")
+    if N != 1 + H * W:
+        raise ValueError(f"tokens of shape {x.shape} do not fit the grid size {(H, W)}")
+    img, c_resize = bilinear_resize_forward(x[:, 1:].reshape(B, H, W, C), scale_factor=scale_factor,
+                                            axes=(1, 2))
+    out = np.concatenate([x[:, :1], img.reshape(B, -1, C)], axis=1)
+    return out, Cache("interpolate_tokens", out, resize=c_resize, img_shape=img.shape)
+
+
+def interpolate_tokens_backward(dout: np.ndarray, cache: Cache) -> np.ndarray:
+    """The class token was carried as it is (gradient passed through); the image tokens were
+    resized (:func:`bilinear_resize_backward`).  -> dx (B, 1 + H·W, C)."""
+    dout = check_backward("interpolate_tokens", dout, cache)
+    B, _, C = dout.shape
+    dimg = bilinear_resize_backward(dout[:, 1:].reshape(cache.img_shape), cache.resize)
+    return np.concatenate([dout[:, :1], dimg.reshape(B, -1, C)], axis=1)
+
+
+def _attention_params(p: dict) -> dict:
+    return {s: {k[len(f"factoratt_crpe{s}."):]: v for k, v in p.items()
+                if k.startswith(f"factoratt_crpe{s}.")} for s in PARALLEL_SCALES}
+
+
+def parallel_block_forward(xs, p: dict, sizes, num_heads: int, mode: str = "interpolation",
+                           drop_path_masks=None):
+    """:func:`parallel_block` -> ([x2, x3, x4], cache).  ``drop_path_masks``: None, or per
+    scale the (B,) factors of ``layers.drop_path_mask`` for the attention and the MLP branch."""
+    if mode not in ("interpolation", "cross_attention"):
+        raise ValueError(f"mode must be 'interpolation' or 'cross_attention', got {mode!r}")
+    masks = drop_path_masks or [(None, None)] * len(PARALLEL_SCALES)
+    normed, c_norm1 = zip(*(layer_norm_forward(x, p[f"norm1{s}.weight"], p[f"norm1{s}.bias"])
+                            for x, s in zip(xs, PARALLEL_SCALES)))
+    att = _attention_params(p)
+    if mode == "interpolation":
+        c_att, c_interp = [], {}
+        cs = []
+        for u, s, size in zip(normed, PARALLEL_SCALES, sizes):
+            c, cache = conv_attention_forward(u, att[s], num_heads, size)
+            cs.append(c)
+            c_att.append(cache)
+
+        def resized(j: int, i: int):  # scale j's attention output on scale i's grid
+            r, c_interp[i, j] = interpolate_tokens_forward(
+                cs[j], sizes[j], _factor(PARALLEL_SCALES[j], PARALLEL_SCALES[i]))
+            return r
+
+        cur = [cs[0] + resized(1, 0) + resized(2, 0),  # the order of parallel_block's sums
+               cs[1] + resized(2, 1) + resized(0, 1),
+               cs[2] + resized(1, 2) + resized(0, 2)]
+        c_mix = Cache("interpolation", cur, attention=c_att, interp=c_interp)
+    else:
+        cur, c_mix = cross_scale_attention_forward(normed, att, sizes, num_heads)
+    out, c_dp1, c_norm2, c_mlp, c_dp2 = [], [], [], [], []
+    for x, c, s, (m1, m2) in zip(xs, cur, PARALLEL_SCALES, masks):
+        c, cache = drop_path_forward(c, m1)
+        c_dp1.append(cache)
+        x = x + c
+        h, cache = layer_norm_forward(x, p[f"norm2{s}.weight"], p[f"norm2{s}.bias"])
+        c_norm2.append(cache)
+        h, cache = mlp_forward(h, *(p[f"mlp{s}.{k}"] for k in _MLP))
+        c_mlp.append(cache)
+        h, cache = drop_path_forward(h, m2)
+        c_dp2.append(cache)
+        out.append(x + h)
+    return out, Cache("parallel_block", out, norm1=c_norm1, mix=c_mix, mode=mode, drop_path1=c_dp1,
+                      norm2=c_norm2, mlp=c_mlp, drop_path2=c_dp2,
+                      qkv_bias={s: "qkv.bias" in att[s] for s in PARALLEL_SCALES})
+
+
+def parallel_block_backward(douts, cache: Cache):
+    """Per scale, x' = x + c, y = x' + mlp(norm2(x')): residual gradients pass through.  The
+    exchange between the scales is linear: with feature interpolation, c_i = a_i + Σ_j
+    resize_{j→i}(a_j), so ∂L/∂a_j = ∂L/∂c_j + Σ_i resizeᵀ_{j→i}(∂L/∂c_i) -- every scale's
+    attention output collects the gradient of every copy made of it.  (The cross-attention
+    mode: :func:`cross_scale_attention_backward`.)  The three scales' MLPs get their own
+    gradients under their own keys (``mlp2``, ``mlp3``, ``mlp4``; where they are one shared
+    module, the model sums them).  -> ([dx2, dx3, dx4], {key: gradient} with p's keys)."""
+    douts = check_backward("parallel_block", douts, cache)
+    g, dcur, dxs = {}, [], []
+    for i, s in enumerate(PARALLEL_SCALES):
+        dy = douts[i]
+        dh = drop_path_backward(dy, cache.drop_path2[i])
+        dh, *d_mlp = mlp_backward(dh, cache.mlp[i])
+        g.update({f"mlp{s}.{k}": v for k, v in zip(_MLP, d_mlp)})
+        dx, g[f"norm2{s}.weight"], g[f"norm2{s}.bias"] = layer_norm_backward(dh, cache.norm2[i])
+        dx += dy
+        dxs.append(dx)
+        dcur.append(drop_path_backward(dx, cache.drop_path1[i]))
+    if cache.mode == "interpolation":
+        mix = cache.mix
+        dcs = [d.copy() for d in dcur]
+        for (i, j), c in mix.interp.items():  # the copy of a_j resized to grid i
+            dcs[j] += interpolate_tokens_backward(dcur[i], c)
+        datt = {}
+        dnormed = []
+        for i, s in enumerate(PARALLEL_SCALES):
+            du, datt[s] = conv_attention_backward(dcs[i], mix.attention[i])
+            dnormed.append(du)
+    else:
+        dnormed, datt = cross_scale_attention_backward(dcur, cache.mix)
+    for i, s in enumerate(PARALLEL_SCALES):
+        g.update({f"factoratt_crpe{s}.{k}": v for k, v in datt[s].items()})
+        dx, g[f"norm1{s}.weight"], g[f"norm1{s}.bias"] = layer_norm_backward(dnormed[i],
+                                                                             cache.norm1[i])
+        dxs[i] = dxs[i] + dx
+    return dxs, g
+
+
+def cross_scale_attention_forward(normed, att: dict, sizes, num_heads: int):
+    """:func:`cross_scale_attention` -> ([c2, c3, c4], cache), through the parts' ``_forward``s."""
+    size = dict(zip(PARALLEL_SCALES, sizes))
+    qkv, c_qkv = {}, {}
+    for u, s in zip(normed, PARALLEL_SCALES):
+        y, c_qkv[s] = linear_forward(u, att[s]["qkv.weight"], att[s].get("qkv.bias"))
+        C = u.shape[-1]
+        qkv[s] = (y[..., :C], y[..., C:2 * C], y[..., 2 * C:])
+    out, c_attend, c_interp, c_proj = [], {}, {}, {}
+    for i in PARALLEL_SCALES:
+        q, k, v = qkv[i]
+        weights, biases = crpe_params(att[i])
+        acc, c_attend[i, i] = conv_attend_forward(q, k, v, size[i], num_heads, weights, biases)
+        for j in PARALLEL_SCALES:
+            if j != i:
+                f = _factor(j, i)
+                k_ji, c_k = interpolate_tokens_forward(qkv[j][1], size[j], f)
+                v_ji, c_v = interpolate_tokens_forward(qkv[j][2], size[j], f)
+                c_interp[i, j] = (c_k, c_v)
+                a, c_attend[i, j] = conv_attend_forward(q, k_ji, v_ji, size[i], num_heads,
+                                                        weights, biases)
+                acc += a
+        y, c_proj[i] = linear_forward(acc, att[i]["proj.weight"], att[i]["proj.bias"])
+        out.append(y)
+    return out, Cache("cross_scale_attention", out, qkv=c_qkv, attend=c_attend, interp=c_interp,
+                      proj=c_proj, qkv_bias={s: "qkv.bias" in att[s] for s in PARALLEL_SCALES})
+
+
+def cross_scale_attention_backward(douts, cache: Cache):
+    """c_i = proj_i(Σ_j ConvAtt_i(q_i, k_j→i, v_j→i)): each term's gradient flows to q_i and,
+    through the resizing's transpose, to k_j and v_j; every scale's q, k, v collect the sum over
+    all the terms they entered, then go back through their qkv projection.  Scale i's CRPE
+    convolutions are used by all three of its terms: their gradients add up.
+    -> ([du2, du3, du4], {scale: {key: gradient}} with att's keys)."""
+    douts = check_backward("cross_scale_attention", douts, cache)
+    dqkv = {s: [None, None, None] for s in PARALLEL_SCALES}
+
+    def add(s, which, d):
+        dqkv[s][which] = d if dqkv[s][which] is None else dqkv[s][which] + d
+
+    datt = {s: {} for s in PARALLEL_SCALES}
+    for i, dout in zip(PARALLEL_SCALES, douts):
+        dacc, datt[i]["proj.weight"], datt[i]["proj.bias"] = linear_backward(dout, cache.proj[i])
+        for j in PARALLEL_SCALES:
+            dq, dk, dv, dws, dbs = conv_attend_backward(dacc, cache.attend[i, j])
+            add(i, 0, dq)
+            if j == i:
+                add(i, 1, dk)
+                add(i, 2, dv)
+            else:
+                c_k, c_v = cache.interp[i, j]
+                add(j, 1, interpolate_tokens_backward(dk, c_k))
+                add(j, 2, interpolate_tokens_backward(dv, c_v))
+            for n, (dw, db) in enumerate(zip(dws, dbs)):
+                for leaf, d in (("weight", dw), ("bias", db)):
+                    key = f"crpe.conv_list.{n}.{leaf}"
+                    datt[i][key] = datt[i][key] + d if key in datt[i] else d
+    dnormed = []
+    for s in PARALLEL_SCALES:
+        du, datt[s]["qkv.weight"], db = linear_backward(np.concatenate(dqkv[s], axis=-1),
+                                                        cache.qkv[s])
+        if cache.qkv_bias[s]:
+            datt[s]["qkv.bias"] = db
+        dnormed.append(du)
+    return dnormed, datt

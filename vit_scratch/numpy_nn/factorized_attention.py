@@ -33,8 +33,10 @@ import numpy as np
 from einops import rearrange
 
 from .. import validation
-from .conv_position_encoding import crpe_conv
-from .layers import linear, softmax
+from .backprop import Cache, check_backward
+from .conv_position_encoding import crpe_conv, crpe_conv_backward, crpe_conv_forward
+from .layers import (linear, linear_backward, linear_forward, softmax, softmax_backward,
+                     softmax_forward)
 
 
 def key_softmax(k: np.ndarray, axis: int = -2) -> np.ndarray:
@@ -139,3 +141,116 @@ def conv_attention(x: np.ndarray, p: dict, num_heads: int, size,
     weights, biases = crpe_params(p)
     out = conv_attend(q, k, v, size, num_heads, weights, biases, records)
     return linear(out, p["proj.weight"], p["proj.bias"])
+
+
+# --- backward passes ----------------------------------------------------------------------------
+# ``f_forward -> (out, cache)``, ``f_backward(dout, cache) -> gradients`` (the pattern of
+# ``vit_scratch.numpy_nn.backprop``); a dict of parameters gets a dict of gradients, same keys.
+
+
+def factorized_attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                                 scale: float | None = None):
+    """:func:`factorized_attention` -> (out, cache), through ``softmax_forward``."""
+    if k.shape[-2] != v.shape[-2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"factorized attention needs q (..., N_q, d), k (..., N_k, d) and "
+                         f"v (..., N_k, d_v), got {q.shape}, {k.shape}, {v.shape}")
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    ks, c_soft = softmax_forward(k, axis=-2)  # key_softmax: over the tokens
+    summary = np.swapaxes(ks, -1, -2) @ v  # (..., d, d_v)
+    out = (q @ summary) * np.asarray(scale, dtype=summary.dtype)
+    return out, Cache("factorized_attention", out, q=q, v=v, ks=ks, softmax=c_soft,
+                      summary=summary, scale=scale)
+
+
+def factorized_attention_backward(dout: np.ndarray, cache: Cache):
+    """With K̃ = softmax(k) over the tokens (each channel a distribution), G = K̃ᵀ v (d×d_v)
+    and O = s · q G:
+
+        ∂L/∂q = s · dO Gᵀ,   ∂L/∂G = s · qᵀ dO,
+        ∂L/∂v = K̃ ∂L/∂G,    ∂L/∂K̃ = v (∂L/∂G)ᵀ,
+        ∂L/∂k = K̃ ⊙ (∂L/∂K̃ - Σ_n ∂L/∂K̃ ⊙ K̃)   (softmax's backward, the sum over the tokens)
+
+    No N×N matrix appears: O(N·d²), like the forward.  -> (dq, dk, dv)."""
+    dout = check_backward("factorized_attention", dout, cache)
+    q, v, ks, G = cache.q, cache.v, cache.ks, cache.summary
+    s = np.asarray(cache.scale, dtype=dout.dtype)
+    dq = (dout @ np.swapaxes(G, -1, -2)) * s
+    dG = (np.swapaxes(q, -1, -2) @ dout) * s  # (..., d, d_v)
+    dv = ks @ dG
+    dk = softmax_backward(v @ np.swapaxes(dG, -1, -2), cache.softmax)
+    return dq, dk, dv
+
+
+def conv_attend_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, size, num_heads: int,
+                        crpe_weights, crpe_biases):
+    """:func:`conv_attend` -> (out, cache), through ``softmax_forward`` and
+    ``crpe_conv_forward``."""
+    B, N, C = q.shape
+    H, W = validation.to_2tuple(size, "size")
+    d = validation.head_dim(C, num_heads)
+    if N != 1 + H * W or k.shape != q.shape or v.shape != q.shape:
+        raise ValueError(f"q, k, v must have shape (B, 1 + H·W, C) = (B, {1 + H * W}, {C}) for "
+                         f"size {(H, W)}, got {q.shape}, {k.shape}, {v.shape}")
+    scale = np.asarray(d ** -0.5, dtype=q.dtype)
+    ks, c_soft = softmax_forward(k, axis=1)  # key_softmax over the tokens
+    summary = head_summaries(ks, v, num_heads) * scale  # (B, h, d, d)
+    q_h = q.reshape(B, N, num_heads, d)
+    out = np.einsum("bnhd,bhde->bnhe", q_h, summary, optimize=True).reshape(B, N, C)
+    conv_v, c_conv = crpe_conv_forward(v[:, 1:].reshape(B, H, W, C), crpe_weights, crpe_biases, d)
+    conv_v = conv_v.reshape(B, H * W, C)
+    out[:, 1:] += q[:, 1:] * conv_v  # EV; the class token's row is zero
+    return out, Cache("conv_attend", out, q=q, v=v, ks=ks, softmax=c_soft, summary=summary,
+                      scale=scale, conv_v=conv_v, conv=c_conv, num_heads=num_heads)
+
+
+def conv_attend_backward(dout: np.ndarray, cache: Cache):
+    """out = d^-½ · Q (K̃ᵀ V) per head + [0; Q_img ⊙ conv(V_img)]: the two terms' gradients
+    add up (:func:`factorized_attention_backward` and ``conv_rel_pos_enc_backward`` state
+    them), computed in token layout with the heads as a reshape view of the channels.
+    -> (dq, dk, dv (B, 1 + H·W, C), [dweight per CRPE group], [dbias per CRPE group])."""
+    dout = check_backward("conv_attend", dout, cache)
+    q, v, ks, S, h = cache.q, cache.v, cache.ks, cache.summary, cache.num_heads
+    B, N, C = q.shape
+    d = C // h
+    dout_h = dout.reshape(B, N, h, d)
+    # the factorized term, S = s · K̃ᵀ V per head
+    dq = np.einsum("bnhe,bhde->bnhd", dout_h, S, optimize=True).reshape(B, N, C)
+    dG = np.einsum("bnhd,bnhe->bhde", q.reshape(B, N, h, d), dout_h, optimize=True) * cache.scale
+    dks = np.einsum("bnhe,bhde->bnhd", v.reshape(B, N, h, d), dG, optimize=True).reshape(B, N, C)
+    dv = np.einsum("bnhd,bhde->bnhe", ks.reshape(B, N, h, d), dG, optimize=True).reshape(B, N, C)
+    dk = softmax_backward(dks, cache.softmax)
+    # the CRPE term, [0; Q_img ⊙ conv(V_img)]
+    dq[:, 1:] += dout[:, 1:] * cache.conv_v
+    dconv = (dout[:, 1:] * q[:, 1:]).reshape(cache.conv.v_img.shape)
+    dv_img, dweights, dbiases = crpe_conv_backward(dconv, cache.conv)
+    dv[:, 1:] += dv_img.reshape(B, N - 1, C)
+    return dq, dk, dv, dweights, dbiases
+
+
+def conv_attention_forward(x: np.ndarray, p: dict, num_heads: int, size):
+    """:func:`conv_attention` -> (out, cache), through the parts' ``_forward``s."""
+    C = x.shape[-1]
+    qkv, c_qkv = linear_forward(x, p["qkv.weight"], p.get("qkv.bias"))  # (B, N, 3C)
+    weights, biases = crpe_params(p)
+    out, c_att = conv_attend_forward(qkv[..., :C], qkv[..., C:2 * C], qkv[..., 2 * C:], size,
+                                     num_heads, weights, biases)
+    out, c_proj = linear_forward(out, p["proj.weight"], p["proj.bias"])
+    return out, Cache("conv_attention", out, qkv=c_qkv, attend=c_att, proj=c_proj,
+                      num_crpe=len(weights), has_qkv_bias="qkv.bias" in p)
+
+
+def conv_attention_backward(dout: np.ndarray, cache: Cache):
+    """Back through proj, the conv-attention (:func:`conv_attend_backward`) and the fused qkv
+    projection, whose gradient is [∂L/∂q, ∂L/∂k, ∂L/∂v] side by side.
+    -> (dx, {key: gradient}) with the keys of p."""
+    dout = check_backward("conv_attention", dout, cache)
+    g = {}
+    dh, g["proj.weight"], g["proj.bias"] = linear_backward(dout, cache.proj)
+    dq, dk, dv, dws, dbs = conv_attend_backward(dh, cache.attend)
+    dx, g["qkv.weight"], dqkv_b = linear_backward(np.concatenate([dq, dk, dv], axis=-1), cache.qkv)
+    if cache.has_qkv_bias:
+        g["qkv.bias"] = dqkv_b
+    for i, (dw, db) in enumerate(zip(dws, dbs)):
+        g[f"crpe.conv_list.{i}.weight"] = dw
+        g[f"crpe.conv_list.{i}.bias"] = db
+    return dx, g

@@ -13,6 +13,7 @@ import scipy.special
 
 from .. import validation
 from . import _fast
+from .backprop import Cache, check_backward
 
 LAYER_NORM_EPS = 1e-6  # every token LayerNorm of ViT, CaiT and CoaT (timm's eps for them)
 
@@ -152,3 +153,219 @@ def sub_params(params: dict, prefix: str) -> dict:
     ``sub_params(sd, "blocks.3.")["attn.qkv.weight"] is sd["blocks.3.attn.qkv.weight"]``
     """
     return {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
+
+
+
+# --- losses and stochastic depth --------------------------------------------------------------
+
+
+def cross_entropy(logits: np.ndarray, labels: np.ndarray,
+                  label_smoothing: float = 0.0) -> np.ndarray:
+    """Mean cross-entropy of ``logits`` (B, K) against integer ``labels`` (B,), with label
+    smoothing as ``F.cross_entropy(logits, labels, label_smoothing=ε)``: the target of each
+    image is (1 - ε)·one_hot(label) + ε/K, so
+
+        loss = mean_b [ (1 - ε)·(-log p[b, y_b]) + ε · mean_c (-log p[b, c]) ],  p = softmax(logits)
+
+    -log p comes from the stable log-softmax, x - max - log Σ exp(x - max).  -> a 0-d array.
+    """
+    logits = np.asarray(logits)
+    labels = np.asarray(labels)
+    validation.check_ndim(logits.shape, 2, "logits", "(B, num_classes)")
+    if not np.issubdtype(logits.dtype, np.floating):
+        raise ValueError(f"logits must be floating point, got dtype {logits.dtype}")
+    if labels.shape != logits.shape[:1] or labels.dtype.kind not in "iu":
+        raise ValueError(f"labels must be integers of shape (B,) = ({logits.shape[0]},), got "
+                         f"shape {labels.shape} and dtype {labels.dtype}")
+    K = logits.shape[1]
+    if labels.size and (labels.min() < 0 or labels.max() >= K):
+        raise ValueError(f"labels must be class indices in [0, {K}), got values from "
+                         f"{labels.min()} to {labels.max()}")
+    if not 0.0 <= label_smoothing < 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing!r}")
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))  # (B, K)
+    nll = -log_p[np.arange(len(labels)), labels]  # (B,)
+    loss = (1.0 - label_smoothing) * nll - label_smoothing * log_p.mean(axis=1)
+    return loss.mean()
+
+
+def drop_path_mask(batch: int, drop_prob: float, rng: np.random.Generator | None,
+                   dtype=np.float32) -> np.ndarray | None:
+    """Stochastic depth's per-sample factors: 0 (the branch dropped, with probability
+    ``drop_prob``) or 1/(1 - drop_prob) (kept, scaled so the expected value is unchanged).
+    -> (batch,) in ``dtype``; None (no stochastic depth) when ``rng`` is None (evaluation) or
+    ``drop_prob`` is 0."""
+    if not 0.0 <= drop_prob < 1.0:
+        raise ValueError(f"drop_prob must be in [0, 1), got {drop_prob!r}")
+    if rng is None or drop_prob == 0.0:
+        return None
+    keep = np.asarray(1.0 - drop_prob, dtype=dtype)
+    return (rng.random(batch) < keep).astype(dtype) / keep
+
+
+def drop_path(x: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """DropPath (stochastic depth): each sample's residual branch times its factor of
+    :func:`drop_path_mask`.  x: (B, ...), mask: (B,) or None (x unchanged, as in evaluation)
+    ->  x's shape."""
+    if mask is None:
+        return x
+    if np.shape(mask) != x.shape[:1]:
+        raise ValueError(f"drop_path mask must have shape (B,) = ({x.shape[0]},), got shape "
+                         f"{np.shape(mask)}")
+    return x * mask.astype(x.dtype, copy=False).reshape((-1,) + (1,) * (x.ndim - 1))
+
+
+# --- backward passes ----------------------------------------------------------------------------
+# The pattern (``vit_scratch.numpy_nn.backprop``): ``f_forward(...) -> (out, cache)`` computes out
+# with the plain ``f`` above; ``f_backward(dout, cache)`` returns the gradients of f's array
+# arguments, in f's argument order.  Shapes: x (..., C) as in the forwards.
+
+
+def linear_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None):
+    """:func:`linear` -> (out, cache)."""
+    out = linear(x, weight, bias)
+    return out, Cache("linear", out, x=x, weight=weight, has_bias=bias is not None)
+
+
+def linear_backward(dout: np.ndarray, cache: Cache):
+    """y = x Wᵀ + b  ⇒  ∂L/∂x = dy W,   ∂L/∂W = Σ dyᵀ x,   ∂L/∂b = Σ dy,
+
+    the sums over every leading axis (batch, tokens): each row of x met the same W.
+    -> (dx (..., C_in), dweight (C_out, C_in), dbias (C_out,) or None)."""
+    dout = check_backward("linear", dout, cache)
+    x, w = cache.x, cache.weight
+    d2 = dout.reshape(-1, dout.shape[-1])  # (M, C_out)
+    dx = (d2 @ w).reshape(x.shape)
+    dweight = d2.T @ x.reshape(-1, x.shape[-1])
+    dbias = d2.sum(axis=0) if cache.has_bias else None
+    return dx, dweight, dbias
+
+
+def layer_norm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray,
+                       eps: float = LAYER_NORM_EPS):
+    """:func:`layer_norm` -> (out, cache)."""
+    out = layer_norm(x, weight, bias, eps)
+    return out, Cache("layer_norm", out, x=x, weight=weight, eps=eps)
+
+
+def layer_norm_backward(dout: np.ndarray, cache: Cache):
+    """With x̂ = (x - μ)·r, r = 1/√(σ² + ε) over the C channels of a token, and y = γ ⊙ x̂ + β:
+
+        ∂L/∂β = Σ dy,   ∂L/∂γ = Σ dy ⊙ x̂      (sums over every token)
+        ∂L/∂x = r · (g - mean(g) - x̂ · mean(g ⊙ x̂)),   g = γ ⊙ dy   (means over the channels)
+
+    The two means are the paths through μ and σ²: every channel of a token moves the token's
+    mean and variance.  -> (dx, dweight (C,), dbias (C,))."""
+    dout = check_backward("layer_norm", dout, cache)
+    x, weight = cache.x, cache.weight
+    mean = x.mean(axis=-1, keepdims=True)
+    centered = x - mean
+    r = 1.0 / np.sqrt(np.mean(centered * centered, axis=-1, keepdims=True) + cache.eps)
+    x_hat = centered * r
+    lead = tuple(range(x.ndim - 1))
+    dweight = np.sum(dout * x_hat, axis=lead)
+    dbias = np.sum(dout, axis=lead)
+    g = dout * weight
+    dx = r * (g - g.mean(axis=-1, keepdims=True)
+              - x_hat * np.mean(g * x_hat, axis=-1, keepdims=True))
+    return dx, dweight, dbias
+
+
+def gelu_forward(x: np.ndarray):
+    """:func:`gelu` -> (out, cache)."""
+    out = gelu(x)
+    return out, Cache("gelu", out, x=x, out=out)
+
+
+def gelu_backward(dout: np.ndarray, cache: Cache) -> np.ndarray:
+    """GELU(x) = x·Φ(x)  ⇒  ∂L/∂x = dy · (Φ(x) + x·φ(x)),
+
+    Φ the standard normal CDF, φ(x) = e^(-x²/2)/√(2π) its density.  Φ(x) = GELU(x)/x is read
+    off the forward's output (Φ(0) = ½), so no second erf is computed."""
+    dout = check_backward("gelu", dout, cache)
+    x = cache.x
+    cdf = np.divide(cache.out, x, out=np.full_like(x, 0.5), where=x != 0)
+    pdf = np.exp(-0.5 * x * x)
+    pdf *= 1.0 / math.sqrt(2.0 * math.pi)
+    pdf *= x
+    pdf += cdf
+    pdf *= dout
+    return pdf
+
+
+def softmax_forward(x: np.ndarray, axis: int = -1):
+    """:func:`softmax` -> (out, cache)."""
+    out = softmax(x, axis=axis)
+    return out, Cache("softmax", out, out=out, axis=axis)
+
+
+def softmax_backward(dout: np.ndarray, cache: Cache) -> np.ndarray:
+    """p = softmax(x) along an axis has the Jacobian ∂p_i/∂x_j = p_i (δ_ij - p_j), so the
+    Jacobian-vector product, never building the matrix, is
+
+        ∂L/∂x = p ⊙ (dp - Σ_j dp_j p_j)      (the sum along the softmax axis).
+
+    Masked entries (p = 0) get gradient 0."""
+    dout = check_backward("softmax", dout, cache)
+    p = cache.out
+    return p * (dout - np.sum(dout * p, axis=cache.axis, keepdims=True))
+
+
+def mlp_forward(x: np.ndarray, fc1_weight: np.ndarray, fc1_bias: np.ndarray,
+                fc2_weight: np.ndarray, fc2_bias: np.ndarray):
+    """:func:`mlp` -> (out, cache): fc1 -> GELU -> fc2 through their ``_forward``s."""
+    h, c1 = linear_forward(x, fc1_weight, fc1_bias)
+    a, c_act = gelu_forward(h)
+    out, c2 = linear_forward(a, fc2_weight, fc2_bias)
+    return out, Cache("mlp", out, fc1=c1, act=c_act, fc2=c2)
+
+
+def mlp_backward(dout: np.ndarray, cache: Cache):
+    """h = x W₁ᵀ + b₁, a = GELU(h), y = a W₂ᵀ + b₂: the chain rule through the three, last first,
+
+        ∂L/∂W₂ = Σ dyᵀ a,  ∂L/∂b₂ = Σ dy,  ∂L/∂a = dy W₂,  ∂L/∂h = ∂L/∂a ⊙ GELU'(h),
+        ∂L/∂W₁ = Σ (∂L/∂h)ᵀ x,  ∂L/∂b₁ = Σ ∂L/∂h,  ∂L/∂x = (∂L/∂h) W₁
+
+    -> (dx, dfc1_weight, dfc1_bias, dfc2_weight, dfc2_bias)."""
+    dout = check_backward("mlp", dout, cache)
+    da, dw2, db2 = linear_backward(dout, cache.fc2)
+    dh = gelu_backward(da, cache.act)
+    dx, dw1, db1 = linear_backward(dh, cache.fc1)
+    return dx, dw1, db1, dw2, db2
+
+
+def cross_entropy_forward(logits: np.ndarray, labels: np.ndarray, label_smoothing: float = 0.0):
+    """:func:`cross_entropy` -> (loss, cache)."""
+    loss = cross_entropy(logits, labels, label_smoothing)
+    return loss, Cache("cross_entropy", loss, logits=logits, labels=np.asarray(labels),
+                       label_smoothing=label_smoothing)
+
+
+def cross_entropy_backward(dloss, cache: Cache) -> np.ndarray:
+    """With p = softmax(logits) and the smoothed target t = (1 - ε)·one_hot(y) + ε/K,
+
+        ∂loss/∂logits = (p - t) / B       (the mean over the batch gives the 1/B),
+
+    times ``dloss`` (1.0 when the loss is the end of the chain).  -> dlogits (B, K)."""
+    dloss = check_backward("cross_entropy", dloss, cache)
+    logits, labels, eps = cache.logits, cache.labels, cache.label_smoothing
+    B, K = logits.shape
+    grad = softmax(logits, axis=1)  # a fresh array: p
+    grad -= eps / K
+    grad[np.arange(B), labels] -= 1.0 - eps
+    grad *= dloss / B
+    return grad
+
+
+def drop_path_forward(x: np.ndarray, mask: np.ndarray):
+    """:func:`drop_path` -> (out, cache)."""
+    out = drop_path(x, mask)
+    return out, Cache("drop_path", out, mask=mask)
+
+
+def drop_path_backward(dout: np.ndarray, cache: Cache) -> np.ndarray:
+    """y = m_b · x per sample b  ⇒  ∂L/∂x = m_b · dy: a dropped branch gets no gradient, a kept
+    one its gradient scaled by 1/(1 - p), like its output.  (The mask is not learned.)"""
+    dout = check_backward("drop_path", dout, cache)
+    return drop_path(dout, cache.mask)

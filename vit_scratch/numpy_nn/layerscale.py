@@ -23,8 +23,12 @@ import numpy as np
 
 # the residual forms and the depth rule live in the (torch-free) spec; re-exported here
 from ..specs.cait import RESIDUAL_FORMS, check_residual, layerscale_init_value  # noqa: F401
-from .attention import multi_head_attention, talking_heads_attention
-from .layers import layer_norm, mlp
+from .attention import (multi_head_attention, multi_head_attention_backward,
+                        multi_head_attention_forward, talking_heads_attention,
+                        talking_heads_attention_backward, talking_heads_attention_forward)
+from .backprop import Cache, check_backward
+from .layers import (drop_path_backward, drop_path_forward, layer_norm, layer_norm_backward,
+                     layer_norm_forward, mlp, mlp_backward, mlp_forward)
 
 def layer_scale(x: np.ndarray, gamma: np.ndarray) -> np.ndarray:
     """diag(γ) applied to every token: x (..., C), gamma (C,) -> (..., C).  (A diagonal
@@ -92,3 +96,86 @@ def layerscale_block(x: np.ndarray, p: dict, num_heads: int, talking_heads: bool
                             p["mlp.fc1.weight"], p["mlp.fc1.bias"], p["mlp.fc2.weight"],
                             p["mlp.fc2.bias"]), p["gamma_2"])
     return (x, attn) if return_attention else x
+
+
+# --- backward passes ----------------------------------------------------------------------------
+# ``f_forward -> (out, cache)``, ``f_backward(dout, cache) -> gradients`` (the pattern of
+# ``vit_scratch.numpy_nn.backprop``); a dict of parameters gets a dict of gradients, same keys.
+
+_MLP_KEYS = ("mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias")
+
+
+def layer_scale_forward(x: np.ndarray, gamma: np.ndarray):
+    """:func:`layer_scale` -> (out, cache)."""
+    out = layer_scale(x, gamma)
+    return out, Cache("layer_scale", out, x=x, gamma=gamma)
+
+
+def layer_scale_backward(dout: np.ndarray, cache: Cache):
+    """y = x ⊙ γ (γ per channel, the same at every token)  ⇒
+
+        ∂L/∂x = dy ⊙ γ,   ∂L/∂γ = Σ dy ⊙ x   (the sum over every token of every image)
+
+    -> (dx, dgamma (C,))."""
+    dout = check_backward("layer_scale", dout, cache)
+    x, gamma = cache.x, cache.gamma
+    dx = dout * gamma.astype(dout.dtype, copy=False)
+    C = x.shape[-1]
+    dgamma = np.einsum("mc,mc->c", dout.reshape(-1, C), x.reshape(-1, C))
+    return dx, dgamma
+
+
+def layerscale_block_forward(x: np.ndarray, p: dict, num_heads: int, talking_heads: bool = True,
+                             drop_path_masks=None):
+    """:func:`layerscale_block` -> (out, cache).  ``drop_path_masks``: None, or the (B,)
+    factors of ``layers.drop_path_mask`` for the attention and the MLP branch."""
+    m1, m2 = drop_path_masks or (None, None)
+    h, c_n1 = layer_norm_forward(x, p["norm1.weight"], p["norm1.bias"])
+    if talking_heads:
+        h, c_att = talking_heads_attention_forward(
+            h, p["attn.qkv.weight"], p.get("attn.qkv.bias"), p["attn.proj_l.weight"],
+            p["attn.proj_l.bias"], p["attn.proj_w.weight"], p["attn.proj_w.bias"],
+            p["attn.proj.weight"], p["attn.proj.bias"], num_heads)
+    else:
+        h, c_att = multi_head_attention_forward(h, p["attn.qkv.weight"], p.get("attn.qkv.bias"),
+                                                p["attn.proj.weight"], p["attn.proj.bias"],
+                                                num_heads)
+    h, c_ls1 = layer_scale_forward(h, p["gamma_1"])
+    h, c_dp1 = drop_path_forward(h, m1)
+    x = x + h
+    h, c_n2 = layer_norm_forward(x, p["norm2.weight"], p["norm2.bias"])
+    h, c_mlp = mlp_forward(h, *(p[k] for k in _MLP_KEYS))
+    h, c_ls2 = layer_scale_forward(h, p["gamma_2"])
+    h, c_dp2 = drop_path_forward(h, m2)
+    out = x + h
+    return out, Cache("layerscale_block", out, norm1=c_n1, attn=c_att, ls1=c_ls1, drop_path1=c_dp1,
+                      norm2=c_n2, mlp=c_mlp, ls2=c_ls2, drop_path2=c_dp2,
+                      talking_heads=talking_heads, has_qkv_bias="attn.qkv.bias" in p)
+
+
+def layerscale_block_backward(dout: np.ndarray, cache: Cache):
+    """x₁ = x + γ₁ ⊙ attn(norm1(x)), y = x₁ + γ₂ ⊙ mlp(norm2(x₁)): the residuals pass the
+    gradient through, each branch adds its own (LayerScale's backward, then the branch's).
+    -> (dx, {key: gradient}) with p's keys."""
+    dout = check_backward("layerscale_block", dout, cache)
+    g = {}
+    dh = drop_path_backward(dout, cache.drop_path2)
+    dh, g["gamma_2"] = layer_scale_backward(dh, cache.ls2)
+    dh, *d_mlp = mlp_backward(dh, cache.mlp)
+    g.update(zip(_MLP_KEYS, d_mlp))
+    dx1, g["norm2.weight"], g["norm2.bias"] = layer_norm_backward(dh, cache.norm2)
+    dx1 += dout
+    dh = drop_path_backward(dx1, cache.drop_path1)
+    dh, g["gamma_1"] = layer_scale_backward(dh, cache.ls1)
+    if cache.talking_heads:
+        (dh, g["attn.qkv.weight"], dqkv_b, g["attn.proj_l.weight"], g["attn.proj_l.bias"],
+         g["attn.proj_w.weight"], g["attn.proj_w.bias"], g["attn.proj.weight"],
+         g["attn.proj.bias"]) = talking_heads_attention_backward(dh, cache.attn)
+    else:
+        (dh, g["attn.qkv.weight"], dqkv_b, g["attn.proj.weight"],
+         g["attn.proj.bias"]) = multi_head_attention_backward(dh, cache.attn)
+    if cache.has_qkv_bias:
+        g["attn.qkv.bias"] = dqkv_b
+    dx, g["norm1.weight"], g["norm1.bias"] = layer_norm_backward(dh, cache.norm1)
+    dx += dx1
+    return dx, g

@@ -11,6 +11,7 @@ import numpy as np
 from einops import rearrange
 
 from .. import validation
+from .backprop import Cache, check_backward
 from .layers import linear
 
 
@@ -123,3 +124,74 @@ def cosine_similarity_grid(pos_embed: np.ndarray, num_prefix_tokens: int = 1) ->
     pe = pe[0, num_prefix_tokens:]  # (N, C)
     pe = pe / np.maximum(np.linalg.norm(pe, axis=-1, keepdims=True), 1e-12)
     return pe @ pe.T
+
+
+def add_pos_embed(tokens: np.ndarray, pos_embed: np.ndarray) -> np.ndarray:
+    """tokens + pos_embed, the same position embedding for every image of the batch.
+
+    tokens: (B, N, C), pos_embed: (1, N, C)  ->  (B, N, C)"""
+    if np.shape(pos_embed) != (1,) + tuple(tokens.shape[1:]):
+        raise ValueError(f"pos_embed must have shape (1, N, C) = (1, {tokens.shape[1]}, "
+                         f"{tokens.shape[2]}) for tokens of shape {tokens.shape}, got shape "
+                         f"{np.shape(pos_embed)}")
+    return tokens + pos_embed
+
+
+# --- backward passes ----------------------------------------------------------------------------
+# ``f_forward -> (out, cache)``, ``f_backward(dout, cache) -> gradients of f's array arguments``
+# (the pattern of ``vit_scratch.numpy_nn.backprop``).
+
+
+def patch_embed_forward(images: np.ndarray, weight: np.ndarray, bias: np.ndarray):
+    """:func:`patch_embed` -> (out, cache)."""
+    out = patch_embed(images, weight, bias)
+    images = np.asarray(images).astype(weight.dtype, copy=False)
+    return out, Cache("patch_embed", out, images=images, weight=weight)
+
+
+def patch_embed_backward(dout: np.ndarray, cache: Cache):
+    """Patch embedding is a Linear on the flattened patches X = patchify(images), with the
+    Conv2d weight flattened to W (E, C·P·P):  y = X Wᵀ + b, so
+
+        ∂L/∂W = Σ dyᵀ X  (reshaped to (E, C, P, P)),   ∂L/∂b = Σ dy,
+        ∂L/∂images = unpatchify(dy W)       (each pixel is in exactly one patch).
+
+    -> (dimages (B, C, H, W), dweight (E, C, P, P), dbias (E,))."""
+    dout = check_backward("patch_embed", dout, cache)
+    images, weight = cache.images, cache.weight
+    E, _, P, _ = weight.shape
+    patches = patchify(images, P)  # (B, N, C·P·P)
+    d2 = dout.reshape(-1, E)
+    dweight = (d2.T @ patches.reshape(-1, patches.shape[-1])).reshape(weight.shape)
+    dpatches = (d2 @ weight.reshape(E, -1)).reshape(patches.shape)
+    return unpatchify(dpatches, P, images.shape[2:]), dweight, d2.sum(axis=0)
+
+
+def add_class_token_forward(tokens: np.ndarray, cls_token: np.ndarray):
+    """:func:`add_class_token` -> (out, cache)."""
+    out = add_class_token(tokens, cls_token)
+    return out, Cache("add_class_token", out)
+
+
+def add_class_token_backward(dout: np.ndarray, cache: Cache):
+    """y = [cls; x]: the gradient splits along the tokens.  Every image's row 0 is the same
+    learned token, so its gradient is the sum over the batch:
+
+        ∂L/∂x = dy[:, 1:],   ∂L/∂cls = Σ_b dy[b, 0]
+
+    -> (dtokens (B, N, C), dcls_token (1, 1, C))"""
+    dout = check_backward("add_class_token", dout, cache)
+    return dout[:, 1:], dout[:, :1].sum(axis=0, keepdims=True)
+
+
+def add_pos_embed_forward(tokens: np.ndarray, pos_embed: np.ndarray):
+    """:func:`add_pos_embed` -> (out, cache)."""
+    out = add_pos_embed(tokens, pos_embed)
+    return out, Cache("add_pos_embed", out)
+
+
+def add_pos_embed_backward(dout: np.ndarray, cache: Cache):
+    """y = x + e, e broadcast over the batch  ⇒  ∂L/∂x = dy,  ∂L/∂e = Σ_b dy[b].
+    -> (dtokens (B, N, C), dpos_embed (1, N, C))."""
+    dout = check_backward("add_pos_embed", dout, cache)
+    return dout, dout.sum(axis=0, keepdims=True)

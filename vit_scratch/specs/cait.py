@@ -87,9 +87,9 @@ class CaitConfig(PatchGridMixin, ConfigMixin):
     # The paper's ablation: False leaves the class token out of the class-attention keys (and
     # so out of its values); it then attends to the patch tokens only.  Same parameters.
     class_token_in_keys: bool = True
-    # Regularisation for training (identity in eval; the NumPy room is inference only).  As in
-    # the official CaiT code, dropout and stochastic depth act in the self-attention stage only,
-    # and the drop-path rate is the same in every block.
+    # Regularisation for training (identity in eval; the NumPy room trains with stochastic
+    # depth only).  As in the official CaiT code, dropout and stochastic depth act in the
+    # self-attention stage only, and the drop-path rate is the same in every block.
     drop_rate: float = 0.0  # dropout on the embedded patches, attention outputs and MLPs
     attn_drop_rate: float = 0.0  # dropout on the self-attention weights
     drop_path_rate: float = 0.0  # stochastic depth of each self-attention block

@@ -73,7 +73,8 @@ class CoaTConfig(ConfigMixin):
     #   "interpolation"    the reference: resize each scale's attention output to the others' grids
     #   "cross_attention"  direct cross-layer attention (vit_scratch.torch_nn.coscale); same weights
     parallel_mode: str = "interpolation"
-    # Regularisation for training (identity in eval; the NumPy room is inference only).
+    # Regularisation for training (identity in eval; the NumPy room trains with stochastic
+    # depth only).
     drop_rate: float = 0.0  # dropout on the pooled features before the head
     proj_drop_rate: float = 0.0  # dropout after the attention projection and in the MLPs
     drop_path_rate: float = 0.0  # stochastic depth, the same rate in every block (as the reference)

@@ -37,7 +37,8 @@ class ViTConfig(PatchGridMixin, ConfigMixin):
     num_heads: int = 12
     mlp_ratio: float = 4.0
     qkv_bias: bool = True
-    # Regularisation for training (identity in eval; the NumPy room is inference only).
+    # Regularisation for training (identity in eval; the NumPy room trains with stochastic
+    # depth only).
     drop_rate: float = 0.0  # dropout on embeddings, attention output and MLP
     attn_drop_rate: float = 0.0  # dropout on attention weights
     drop_path_rate: float = 0.0  # stochastic depth, linearly increasing over blocks
