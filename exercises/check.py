@@ -15,8 +15,8 @@ import importlib
 import re
 import sys
 
-from exercises.checks import CHECKS, TOPICS, run_check
-from exercises.harness import describe_error, sort_key
+from exercises.feedback import describe_error
+from exercises.visible_checks import CHECKS, TOPICS, run_check, sort_key
 
 MARK = {"ok": "ok", "not done": "not done yet", "wrong": "WRONG", "error": "ERROR"}
 

@@ -3,7 +3,8 @@ import math
 
 import numpy as np
 
-from exercises.harness import Fail, close, exercise, expect_error
+from exercises.feedback import Fail, close, expect_error
+from exercises.judge import exercise
 
 from .references import NUMPY_ONLY, attention, attention_grads, rng, softmax as ref_softmax
 
@@ -65,7 +66,7 @@ def softmax(g):
 
     def make(rows=2, length=3):
         x = rng(103).standard_normal((rows, length))
-        return lambda: f(x, axis=-1)
+        return f.later(x, axis=-1)
 
     g.no_loops(2, make, {"rows": ({"rows": 2}, {"rows": 18}, 16),
                          "entries": ({"length": 3}, {"length": 19}, 16)},
@@ -141,7 +142,7 @@ def scaled_dot_product_attention(g):
 
     def make(n=3, heads=2):
         q = rng(115).standard_normal((heads, n, 4))
-        return lambda: f(q, q, q)
+        return f.later(q, q, q)
 
     g.no_loops(2, make, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"heads": 2}, {"heads": 12}, 10)},
                requires=["random shapes: leading axes, N_q != N_k, d_v != d"])
@@ -193,7 +194,7 @@ def padding_mask(g):
 
     def make(B=2, n=4):
         lengths = np.ones(B, dtype=int)
-        return lambda: f(lengths, n)
+        return f.later(lengths, n)
 
     g.no_loops(1, make, {"sequences": ({"B": 2}, {"B": 18}, 16), "tokens": ({"n": 4}, {"n": 20}, 16)},
                requires=["random batches (lengths as an array or a list)"])
@@ -246,7 +247,7 @@ def split_merge_heads(g):
 
     def make(n=3, h=2):
         x = np.zeros((1, n, 2 * h))
-        return lambda: merge(split(x, h))
+        return merge.later(split.later(x, h))
 
     g.no_loops(2, make, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"h": 2}, {"h": 12}, 10)},
                requires=["split_heads on random shapes (one head, d = 1, one token)"])
@@ -315,7 +316,7 @@ def attention_backward(g):
     def make(n=3, heads=2):
         r = rng(145)
         q, grad = r.standard_normal((heads, n, 4)), r.standard_normal((heads, n, 4))
-        return lambda: f(q, q, q, grad)
+        return f.later(q, q, q, grad)
 
     g.no_loops(2, make, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"heads": 2}, {"heads": 12}, 10)},
                requires=["random shapes vs autograd (leading axes, N_q != N_k, d_v != d)"])

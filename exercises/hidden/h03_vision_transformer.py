@@ -4,7 +4,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from exercises.harness import Fail, close, equal, exercise, expect_error
+from exercises.feedback import Fail, close, equal, expect_error, type_name
+from exercises.judge import exercise
 
 from .references import NUMPY_ONLY, N, T, block, block_params, expected_keys, rng
 
@@ -125,7 +126,7 @@ def block_forward(g):
     def make(n=3, h=2):
         x = rng(308).standard_normal((1, n, 2 * h))
         p = block_params(2 * h, h, 4 * h, seed=309)
-        return lambda: f(x, p, h)
+        return f.later(x, p, h)
 
     g.no_loops(2, make, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"h": 2}, {"h": 12}, 10)},
                requires=["random shapes: one head, one token, batch of one, MLP ratio 2"])
@@ -181,7 +182,7 @@ def attention_rollout(g):
 
     def make(n=3, h=2):
         maps = [rng(313).dirichlet(np.ones(n), size=(1, h, n)) for _ in range(3)]
-        return lambda: f(maps)
+        return f.later(maps)
 
     g.no_loops(2, make, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"h": 2}, {"h": 12}, 10)},
                requires=["random maps: blocks, heads, batch of one"])
@@ -218,18 +219,12 @@ def forward(module, x):
     with torch.no_grad():
         out = module(T(x))
     if not isinstance(out, torch.Tensor):
-        raise Fail(f"forward must return a tensor, got {type(out).__name__}")
+        raise Fail(f"forward must return a tensor, got {type_name(out)}")
     return N(out)
 
 
 def grads_reach_everything(module, x) -> None:
-    module.train()
-    for p in module.parameters():
-        p.grad = None
-    out = module(T(x).requires_grad_())
-    (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape)).sum().backward()
-    dead = [n for n, p in module.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()
-            or float(p.grad.abs().sum()) == 0.0]
+    dead = module.dead_parameters(T(x))
     if dead:
         raise Fail(f"no gradient reaches {', '.join(dead[:3])}")
 
@@ -245,8 +240,7 @@ def block_module(g):
                    "Block(8, 2, mlp_ratio=2.0, qkv_bias=False)")
 
     def eps_hint(m):
-        eps = [mod.eps for mod in m.modules() if isinstance(mod, nn.LayerNorm)]
-        return any(e != 1e-6 for e in eps)
+        return any(e != 1e-6 for e in m.layer_norm_eps())
 
     @g.part("forward vs an independent reference (float64, random weights)", 5)
     def _():
@@ -281,10 +275,7 @@ def block_module(g):
         m = load(make(2 * h, h), block_params(2 * h, h, 8 * h, seed=346))
         x = T(rng(347).standard_normal((1, n, 2 * h)))
 
-        def call():
-            with torch.no_grad():
-                m(x)
-        return call
+        return m.later(x)
 
     g.no_loops(2, make_call, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"h": 2}, {"h": 12}, 10)},
                requires=["forward vs an independent reference (float64, random weights)"])

@@ -3,7 +3,8 @@ import math
 
 import numpy as np
 
-from exercises.harness import Fail, close, equal, exercise, expect_error, peak_memory_mb
+from exercises.feedback import Fail, close, equal, expect_error
+from exercises.judge import exercise
 
 from .references import NUMPY_ONLY, attention, rng, softmax
 
@@ -63,14 +64,14 @@ def factorized_attention(g):
     @g.part("no (N, N) array: peak memory at N = 4096", 3, requires=["random shapes vs an independent reference"])
     def _():
         q, k, v = (rng(604).standard_normal((1, 4096, 8)) for _ in range(3))
-        peak = peak_memory_mb(lambda: f(q, k, v))
+        peak = g.peak_memory_mb(f.later(q, k, v))
         if peak > 16:
             raise Fail(f"peak memory {peak:.0f} MiB at N = 4096 (one (N, N) float64 array is 128 MiB): "
                        "compute softmax(k)ᵀ v first, a (d, d) matrix, then multiply q by it")
 
     def make(n=3, h=2):
         q = rng(605).standard_normal((h, n, 4))
-        return lambda: f(q, q, q)
+        return f.later(q, q, q)
 
     g.no_loops(2, make, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"h": 2}, {"h": 12}, 10)},
                requires=["random shapes vs an independent reference"])

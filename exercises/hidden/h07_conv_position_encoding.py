@@ -2,7 +2,8 @@
 import numpy as np
 import torch
 
-from exercises.harness import Fail, close, exercise, expect_error
+from exercises.feedback import Fail, close, expect_error
+from exercises.judge import exercise
 
 from .references import NUMPY_ONLY, N, T, depthwise, rng
 
@@ -47,7 +48,7 @@ def clipped_relative_indices(g):
         expect_error(ValueError, lambda: f(5, 0), "window 0", mention="0")
 
     def make(n=3):
-        return lambda: f(n, 3)
+        return f.later(n, 3)
 
     g.no_loops(2, make, {"tokens": ({"n": 3}, {"n": 19}, 16)},
                requires=["random sizes and windows (M = 1, M > 2N)"])
@@ -108,7 +109,7 @@ def depthwise_conv2d(g):
     def make(H=3, W=4, C=2):
         r = rng(704)
         x, w, b = r.standard_normal((1, C, H, W)), r.standard_normal((C, 1, 3, 3)), r.standard_normal(C)
-        return lambda: f(x, w, b)
+        return f.later(x, w, b)
 
     g.no_loops(2, make, {"pixel rows": ({"H": 3}, {"H": 11}, 8), "pixel columns": ({"W": 4}, {"W": 12}, 8),
                          "channels": ({"C": 2}, {"C": 10}, 8)},
@@ -240,7 +241,7 @@ def conv_rel_pos_enc(g):
         window = {3: h}
         q = r.standard_normal((1, h, 1 + H * W, 2))
         p = crpe_params(window, 2, 719)
-        return lambda: f(q, q, (H, W), p, window)
+        return f.later(q, q, (H, W), p, window)
 
     g.no_loops(2, make, {"pixel rows": ({"H": 3}, {"H": 11}, 8), "pixel columns": ({"W": 4}, {"W": 12}, 8),
                          "heads": ({"h": 2}, {"h": 10}, 8)},

@@ -3,7 +3,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from exercises.harness import Fail, close, exercise, expect_error
+from exercises.feedback import Fail, close, expect_error, type_name
+from exercises.judge import exercise
 
 from .references import NUMPY_ONLY, N, T, bilinear, rng
 
@@ -87,7 +88,7 @@ def bilinear_resize(g):
 
     def make(H=4, W=4, C=2):
         x = rng(805).standard_normal((1, C, H, W))
-        return lambda: f(x, (2 * H + 1, 2 * W - 1))
+        return f.later(x, (2 * H + 1, 2 * W - 1))
 
     g.no_loops(2, make, {"pixel rows": ({"H": 4}, {"H": 12}, 8), "pixel columns": ({"W": 4}, {"W": 12}, 8),
                          "channels": ({"C": 2}, {"C": 10}, 8)},
@@ -136,7 +137,7 @@ def interpolate_tokens(g):
     def run(x, size, new_size):
         out = f(T(x), size, new_size)
         if not isinstance(out, torch.Tensor):
-            raise Fail(f"interpolate_tokens must return a tensor, got {type(out).__name__}")
+            raise Fail(f"interpolate_tokens must return a tensor, got {type_name(out)}")
         return N(out)
 
     @g.part("worked example: a 2x2 grid to 4x4, class token first", 2)
@@ -165,9 +166,11 @@ def interpolate_tokens(g):
     @g.part("gradients flow back to every token", 1)
     def _():
         x = T(rng(814).standard_normal((2, 1 + 9, 3))).requires_grad_()
-        out = f(x, (3, 3), (5, 5))
-        out.sum().backward()
-        if x.grad is None or float(x.grad[:, 0].abs().min()) == 0 or float(x.grad[:, 1:].abs().min()) == 0:
+        out, (grad,) = f.with_grad(x, (3, 3), (5, 5), wrt=(0,))
+        if not isinstance(out, torch.Tensor):
+            raise Fail(f"interpolate_tokens must return a tensor, got {type_name(out)}")
+        if not isinstance(grad, torch.Tensor) or tuple(grad.shape) != tuple(x.shape) or \
+                float(grad[:, 0].abs().min()) == 0 or float(grad[:, 1:].abs().min()) == 0:
             raise Fail("some input tokens get no gradient: keep every step a torch operation on x")
 
     @g.part("ValueError when the tokens do not make 1 + H·W", 1)
@@ -176,7 +179,7 @@ def interpolate_tokens(g):
 
     def make(H=4, W=4, C=2):
         x = torch.zeros(1, 1 + H * W, C)
-        return lambda: f(x, (H, W), (2 * H, 2 * W))
+        return f.later(x, (H, W), (2 * H, 2 * W))
 
     g.no_loops(2, make, {"pixel rows": ({"H": 4}, {"H": 12}, 8), "pixel columns": ({"W": 4}, {"W": 12}, 8),
                          "channels": ({"C": 2}, {"C": 10}, 8)},

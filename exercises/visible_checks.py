@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from exercises.harness import Fail, close, describe_error, expect_error
+from exercises.feedback import Fail, close, describe_error, expect_error
 
 TOPICS = {
     "01": ("ex01_patch_embedding", "patch embedding"),
@@ -25,6 +25,12 @@ TOPICS = {
     "07": ("ex07_conv_position_encoding", "convolutional position encodings"),
     "08": ("ex08_coscale", "co-scale"),
 }
+
+
+def sort_key(exercise_id: str):
+    """'2.10' after '2.9': exercise IDs in numeric order."""
+    major, minor = exercise_id.split(".")
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0), minor
 
 
 @dataclass
