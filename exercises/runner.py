@@ -479,8 +479,10 @@ def make_rules(*, forbid, allow, tables, trusted_dirs, own_codes, send_dq, exit_
                  "pthread_sigmask", "raise_signal"):
         mark(getattr(signal, name, None), "signal")
     for name in ("setrecursionlimit", "setswitchinterval", "_clear_type_cache", "settrace",
-                 "setprofile", "_getframe", "_current_frames", "call_tracing", "setdlopenflags"):
+                 "setprofile", "call_tracing", "setdlopenflags"):
         mark(getattr(sys, name, None), "tracer")
+    for name in ("_getframe", "_current_frames"):
+        mark(getattr(sys, name, None), "frames")
     for name in ("get_objects", "get_referrers", "get_referents", "disable", "freeze"):
         mark(getattr(gc, name, None), "gc")
     for mod_name in ("_tracemalloc", "_posixsubprocess", "_lsprof"):
@@ -489,8 +491,6 @@ def make_rules(*, forbid, allow, tables, trusted_dirs, own_codes, send_dq, exit_
             mark(getattr(mod, name), "process" if mod_name == "_posixsubprocess" else "tracer")
     for name in ("fork", "forkpty", "kill", "killpg", "setsid", "setpgid"):
         mark(getattr(os, name, None), "process")
-    for name in ("dup2", "close", "closerange", "write", "writev", "pwrite", "sendfile"):
-        mark(getattr(os, name, None), "channel", direct_only=True)
 
     category = {}                         # id(code) -> (code, category, prefix index)
     learner = {}                          # id -> code: the submission's own code objects
