@@ -69,7 +69,8 @@ def main(argv=None, package: str = "exercises") -> int:
             print(f"  {label:<42} {MARK[out.status]}")
             if out.status in ("wrong", "error"):
                 print(f"      {out.message}")
-                print(f"      hint: {out.hint}")
+                if out.hint:
+                    print(f"      hint: {out.hint}")
         print()
     done = counts["ok"] + counts["wrong"] + counts["error"]
     print(f"{counts['ok']} of {len(ids)} ok, {counts['not done']} not done yet"

@@ -21,7 +21,16 @@ _HERE = os.path.dirname(os.path.realpath(__file__)) + os.sep   # exercises/: the
 
 
 class Fail(Exception):
-    """A check failed. The message is the feedback (one or two short lines)."""
+    """A check failed. The message is the feedback (one or two short lines); ``diagnosed``
+    when it names a known mistake (then a generic hint would only distract)."""
+
+    diagnosed = False
+
+
+def _mistake(what: str, message: str) -> Fail:
+    err = Fail(f"{what}: {message}")
+    err.diagnosed = True
+    return err
 
 
 def _fmt(value, digits: int = 4) -> str:
@@ -81,10 +90,10 @@ def close(got, expected, what: str, atol: float = 1e-10, rtol: float = 0.0, mist
         wrong = np.asarray(wrong)
         if wrong.shape == got.shape and wrong.dtype != object and np.issubdtype(got.dtype, np.number) \
                 and _matches(got, wrong, max(atol, 1e-7) * 10, 1e-5) and not _matches(got, expected, atol, rtol):
-            raise Fail(f"{what}: {message}")
+            raise _mistake(what, message)
         if wrong.shape == got.shape and got.dtype == np.bool_ and wrong.dtype == np.bool_ \
                 and np.array_equal(got, wrong) and not np.array_equal(got, expected):
-            raise Fail(f"{what}: {message}")
+            raise _mistake(what, message)
     if got.shape != expected.shape:
         raise Fail(f"{what}: expected shape {tuple(expected.shape)}, got {tuple(got.shape)}")
     if dtype is not None and got.dtype != np.dtype(dtype):
@@ -130,7 +139,7 @@ def equal(got, expected, what: str, mistakes=()) -> None:
     """Exact equality for plain values (ints, floats, tuples)."""
     for wrong, message in mistakes:
         if _same(got, wrong) and not _same(got, expected):
-            raise Fail(f"{what}: {message}")
+            raise _mistake(what, message)
     if not _same(got, expected):
         shown = repr(got) if isinstance(got, (int, float, bool, str, tuple, list, type(None))) else type_name(got)
         raise Fail(f"{what}: expected {expected!r}, got {shown[:120]}")

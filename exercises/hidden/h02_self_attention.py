@@ -83,6 +83,9 @@ def sdpa_mistakes(q, k, v, mask=None):
         (attention(q, k, v, mask, softmax_dim=-2) if q.shape[-2] == k.shape[-2] else np.zeros(0),
          "the softmax runs over the queries (axis -2): each query's weights over the keys "
          "(axis -1) must sum to 1"),
+        (attention(q, np.swapaxes(k, -1, -2), v, mask) if k.shape[-1] == k.shape[-2] else np.zeros(0),
+         "k is not transposed: the scores are q kᵀ, (N_q, d) @ (d, N_k) -- without the transpose "
+         "they only have a shape when N_k = d"),
     ]
     if mask is not None:
         out += [(attention(q, k, v), "the mask is ignored: set masked scores to -inf before the softmax"),
@@ -105,11 +108,11 @@ def scaled_dot_product_attention(g):
         v = np.array([[4.0, 0.0], [0.0, 8.0]])
         close(f(q, k, v), [[3.0, 2.0]], "softmax(q kᵀ/2) v", atol=1e-12, mistakes=sdpa_mistakes(q, k, v))
 
-    @g.part("random shapes: leading axes, N_q != N_k, d_v != d", 3)
+    @g.part("random shapes: leading axes, N_q != N_k, d_v != d, N_k = d", 3)
     def _():
         r = rng(111)
-        for lead, nq, nk, d, dv in [((), 5, 5, 8, 8), ((2,), 3, 7, 4, 6), ((2, 3), 6, 6, 16, 16),
-                                    ((1, 1), 1, 4, 2, 3), ((3, 1, 2), 4, 1, 5, 2)]:
+        for lead, nq, nk, d, dv in [((2,), 3, 6, 6, 4), ((), 5, 5, 5, 5), ((), 5, 5, 8, 8), ((2,), 3, 7, 4, 6),
+                                    ((2, 3), 6, 6, 16, 16), ((1, 1), 1, 4, 2, 3), ((3, 1, 2), 4, 1, 5, 2)]:
             q, k, v = (r.standard_normal(lead + s) for s in [(nq, d), (nk, d), (nk, dv)])
             close(f(q, k, v), attention(q, k, v), f"attention, q {q.shape}, k {k.shape}, v {v.shape}",
                   atol=1e-10, mistakes=sdpa_mistakes(q, k, v))
@@ -145,7 +148,7 @@ def scaled_dot_product_attention(g):
         return f.later(q, q, q)
 
     g.no_loops(2, make, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"heads": 2}, {"heads": 12}, 10)},
-               requires=["random shapes: leading axes, N_q != N_k, d_v != d"])
+               requires=["random shapes: leading axes, N_q != N_k, d_v != d, N_k = d"])
 
 
 @exercise("2.3", "padding_mask", MOD, 8, forbid=NUMPY_ONLY)
