@@ -289,12 +289,7 @@ def softmax(x, axis=-1):
     return _lib_softmax(x, axis=axis)
 """, {"2.1": (DQ, "library's reference")}),
     Attack("the library's class attention aliased as the exercise", "guard off", E05, """
-from vit_scratch.numpy_nn.class_attention import class_attention as _lib_ca
-
-def class_attention(x, params, num_heads, cls_in_keys=True):
-    g = params.get
-    return _lib_ca(x, g("q.weight"), g("q.bias"), g("k.weight"), g("k.bias"), g("v.weight"), g("v.bias"),
-                   g("proj.weight"), g("proj.bias"), num_heads, class_token_in_keys=cls_in_keys)
+from vit_scratch.numpy_nn.class_attention import class_attention
 """, {"5.1": (DQ, "library's reference"), "5.2": (DQ, "library's reference")}),
 
     # ---- writing to the repository, harming other students
