@@ -253,21 +253,53 @@ def grade_exercise(zygote, spec, sources: dict, time_limit: float, workdir: Path
 
 
 def grade_submission(zygote, registry, sub_dir: Path, ids, time_limit: float, workdir: Path, uid) -> dict:
-    sources, notes = read_submission(sub_dir)
-    exercises = []
-    for ex_id in ids:
-        spec = registry[ex_id]
+    """Grade one submission (one exercise at a time)."""
+    return grade_batch(zygote, registry, [(sub_dir, ids, time_limit, workdir, uid)], workers=1)[0]
+
+
+def grade_batch(zygote, registry, jobs, workers: int = 2, on_report=None, before_each=None) -> list[dict]:
+    """Grade [(folder, exercise IDs, time limit, workdir, uid)] with ``workers`` exercises at a
+    time, each in a process of its own; the reports come back in the jobs' order.
+    ``before_each()`` runs before each exercise starts (the integrity check)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tasks = []
+    for j, (sub_dir, ids, time_limit, workdir, uid) in enumerate(jobs):
+        sources, notes = read_submission(sub_dir)
+        for ex_id in ids:
+            tasks.append((j, registry[ex_id], sources, notes, time_limit, workdir, uid))
+
+    def run(task):
+        j, spec, sources, notes, time_limit, workdir, uid = task
+        if before_each is not None:
+            before_each()
         missing = missing_message(spec.module, sources, notes)
         if missing:
-            result = zero(spec, "import error", missing)
-        else:
-            result = grade_exercise(zygote, spec, sources, time_limit, workdir, uid)
-        exercises.append({"id": spec.id, "name": f"{spec.id} {spec.name}", "notebook": spec.notebook,
-                          "score": result["score"], "max_score": result["max_score"],
-                          "feedback": result["feedback"], "status": result["status"],
-                          "parts": result.get("parts", [])})
-    return {"submission": str(sub_dir), "score": sum(e["score"] for e in exercises),
-            "max_score": sum(e["max_score"] for e in exercises), "exercises": exercises}
+            return zero(spec, "import error", missing)
+        return grade_exercise(zygote, spec, sources, time_limit, workdir, uid)
+
+    results = [[] for _ in jobs]
+    pending = {j: len(ids) for j, (_, ids, *_rest) in enumerate(jobs)}
+    reports = [None] * len(jobs)
+    next_out = 0
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        for task, result in zip(tasks, pool.map(run, tasks)):
+            j, spec = task[0], task[1]
+            results[j].append({"id": spec.id, "name": f"{spec.id} {spec.name}", "notebook": spec.notebook,
+                               "score": result["score"], "max_score": result["max_score"],
+                               "feedback": result["feedback"], "status": result["status"],
+                               "parts": result.get("parts", [])})
+            pending[j] -= 1
+            while next_out < len(jobs) and pending[next_out] == 0:
+                exercises = results[next_out]
+                reports[next_out] = {"submission": str(jobs[next_out][0]),
+                                     "score": sum(e["score"] for e in exercises),
+                                     "max_score": sum(e["max_score"] for e in exercises), "exercises": exercises}
+                check_report(reports[next_out], registry)
+                if on_report is not None:
+                    on_report(next_out, reports[next_out])
+                next_out += 1
+    return reports
 
 
 def check_report(report: dict, registry) -> None:
@@ -340,9 +372,13 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", metavar="FILE",
                         help="a JSON list of {\"submission\": DIR, \"exercises\": [IDs] or null, "
                              "\"time_limit\": S}: grade them all in one run (used by the tests)")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), metavar="N",
+                        help="exercises graded at the same time (default: 2, or 1 on one core)")
     parser.add_argument("--update-manifest", action="store_true",
                         help="record the hashes of exercises/hidden/ and the grading code, then exit")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
     if args.json and not Path(args.json).resolve().parent.is_dir():
         parser.error(f"--json {args.json}: the folder {Path(args.json).resolve().parent} does not exist")
     jobs = read_jobs(args, parser)
@@ -372,35 +408,45 @@ def main(argv=None) -> int:
     for line in lacking:
         print(f"grade: missing protection: {line}", file=sys.stderr)
 
-    reports = []
+    class Changed(Exception):
+        pass
+
+    def integrity():
+        if current_hashes() != hashes:
+            raise Changed()
+
+    def show(n, report):
+        if args.batch:
+            print(f"{report['score']:>4}/{report['max_score']:<4} {jobs[n]['submission']}", flush=True)
+        else:
+            if n:
+                print()
+            print_report(report)
+
     with tempfile.TemporaryDirectory(prefix="vit-scratch-grade-") as tmp:
         os.chmod(tmp, 0o700)
         zygote = Zygote(Path(tmp))
         try:
             registry = load_registry()
             ids_all = select_exercises(registry, args.selectors)
+            batch = []
             for n, job in enumerate(jobs):
-                if current_hashes() != hashes:
-                    print("grade: the hidden tests or the grading code changed during grading; "
-                          "stopping", file=sys.stderr)
-                    return 2
                 ids = job.get("exercises") or ids_all
                 unknown = [i for i in ids if i not in registry]
                 if unknown:
                     parser.error(f"--batch: unknown exercise {unknown[0]!r}")
                 workdir = Path(tmp) / str(n)
                 workdir.mkdir()
-                uid = UID_BASE + n if is_root() else None
-                report = grade_submission(zygote, registry, Path(job["submission"]).absolute(), ids,
-                                          float(job.get("time_limit") or args.time_limit), workdir, uid)
-                check_report(report, registry)
-                reports.append(report)
-                if args.batch:
-                    print(f"{report['score']:>4}/{report['max_score']:<4} {job['submission']}")
-                else:
-                    print_report(report)
-                    if n < len(jobs) - 1:
-                        print()
+                batch.append((Path(job["submission"]).absolute(), ids,
+                              float(job.get("time_limit") or args.time_limit), workdir,
+                              UID_BASE + n if is_root() else None))
+            try:
+                reports = grade_batch(zygote, registry, batch, workers=args.jobs, on_report=show,
+                                      before_each=integrity)
+            except Changed:
+                print("grade: the hidden tests or the grading code changed during grading; stopping "
+                      "(no report written)", file=sys.stderr)
+                return 2
         finally:
             zygote.close()
     if args.json:

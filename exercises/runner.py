@@ -348,8 +348,8 @@ def package_tables(packages) -> dict:
                 dirs.update({_realpath(loc) + os.sep, loc + os.sep})
         roots = tuple(dirs)
 
-        def ours(fn):
-            return isinstance(fn, FunctionType) and fn.__code__.co_filename.startswith(roots)
+        def ours(fn):            # Python code: by identity for the library (small), by folder for the rest
+            return pkg == "vit_scratch" and isinstance(fn, FunctionType) and fn.__code__.co_filename.startswith(roots)
 
         def our_c(fn):
             owner = getattr(fn, "__self__", None)
@@ -367,7 +367,7 @@ def package_tables(packages) -> dict:
                         cfuncs[id(value)] = value
                 elif isinstance(value, type) and str(getattr(value, "__module__", "")).split(".")[0] == pkg:
                     types_[id(value)] = value
-                    for member in list(vars(value).values()):
+                    for member in list(vars(value).values()) if pkg == "vit_scratch" else ():
                         member = getattr(member, "__func__", member)
                         for fn in (member, getattr(member, "fget", None), getattr(member, "fset", None)):
                             if ours(fn):

@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -101,6 +102,7 @@ class Zygote:
                 cwd="/")
         theirs.close()
         self.ready = False
+        self.lock = threading.Lock()      # one spawn or reap at a time on the socket
 
     def wait_ready(self) -> None:
         if self.ready:
@@ -121,25 +123,29 @@ class Zygote:
             return ""
 
     def spawn(self, *, uid, gid, forbid, allow, limits, output_fd) -> "Child":
-        self.wait_ready()
-        req_r, req_w = os.pipe()
-        resp_r, resp_w = os.pipe()
-        try:
-            socket.send_fds(self.sock, [dumps({"op": "spawn", "uid": uid, "gid": gid, "forbid": list(forbid),
-                                               "allow": list(allow), "limits": limits}) + b"\n"],
-                            [req_r, resp_w, output_fd])
-            pid = _read_line(self.sock, 60.0)["pid"]
-            self.sock.settimeout(None)
-        finally:
-            os.close(req_r)
-            os.close(resp_w)
+        with self.lock:
+            self.wait_ready()
+            req_r, req_w = os.pipe()
+            resp_r, resp_w = os.pipe()
+            for fd in (req_w, resp_r):
+                os.set_inheritable(fd, False)
+            try:
+                socket.send_fds(self.sock, [dumps({"op": "spawn", "uid": uid, "gid": gid, "forbid": list(forbid),
+                                                   "allow": list(allow), "limits": limits}) + b"\n"],
+                                [req_r, resp_w, output_fd])
+                pid = _read_line(self.sock, 60.0)["pid"]
+                self.sock.settimeout(None)
+            finally:
+                os.close(req_r)
+                os.close(resp_w)
         return Child(self, pid, req_w, resp_r)
 
     def reap(self, pid: int) -> tuple[int, float]:
         """Kill the process group and the process, wait for it: (wait status, CPU seconds)."""
-        self.sock.sendall(dumps({"op": "reap", "pid": pid}) + b"\n")
-        answer = _read_line(self.sock, 60.0)
-        self.sock.settimeout(None)
+        with self.lock:
+            self.sock.sendall(dumps({"op": "reap", "pid": pid}) + b"\n")
+            answer = _read_line(self.sock, 60.0)
+            self.sock.settimeout(None)
         return answer["status"], float(answer.get("cpu", 0.0))
 
     def close(self) -> None:

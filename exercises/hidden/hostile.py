@@ -166,13 +166,12 @@ def factorized_attention_flops(num_tokens, dim, num_heads=1):
     Attack("the caller's frame through a generator", "hidden tests read", E06, """
 def factorized_attention_flops(num_tokens, dim, num_heads=1):
     def gen():
-        yield
-    g = gen()
-    next(g)
-    f = g.gi_frame.f_back
-    while f is not None and "ref" not in f.f_locals:
-        f = f.f_back
-    return f.f_locals["ref"](num_tokens, dim, num_heads)
+        f = me.gi_frame.f_back                  # a running generator's frame links to its caller
+        while f is not None and "ref" not in f.f_locals:
+            f = f.f_back
+        yield f.f_locals["ref"](num_tokens, dim, num_heads)
+    me = gen()
+    return next(me)
 """, {"6.2": (DQ, "frames")}),
 
     # ---- switching the rules off
