@@ -288,6 +288,7 @@ KINDS = ("forbidden", "tracer", "frames", "code", "compile", "thread", "process"
          "write", "read", "gc", "import", "network", "limits", "channel", "recursion", "internal")
 
 RUNNER, CHECKING, ALLOWED = 0, 1, 2                 # the mode of a running frame
+DQ_EXIT, RECURSION_EXIT, INTERNAL_EXIT = 85, 86, 87  # how the child ends when a rule stops it
 _LEARNER, _OWN, _ALLOWED, _OTHER = "learner", "own", "allowed", "other"
 
 # Modules a submission may not import (they switch rules off or start processes).
@@ -415,10 +416,11 @@ def make_rules(*, forbid, allow, tables, trusted_dirs, own_codes, send_dq, exit_
     'vit_scratch.numpy_nn.layers.layer_norm'); tables: :func:`package_tables`;
     trusted_dirs: directories whose code is the interpreter's or a library's (not the
     learner's); own_codes: ids of this runner's code objects; send_dq(kind, detail): report a
-    disqualification; exit_now(): leave at once.
+    disqualification; exit_now(status): leave at once.
     """
     from types import BuiltinFunctionType, FunctionType
 
+    recursion_limit = sys.getrecursionlimit
     forbid_codes, forbid_cfuncs, forbid_types, forbid_dirs = {}, {}, {}, []
     allow_codes = {}
     for i, prefix in enumerate(forbid):
@@ -566,7 +568,7 @@ def make_rules(*, forbid, allow, tables, trusted_dirs, own_codes, send_dq, exit_
         try:
             send_dq(kind, str(detail)[:200])
         finally:
-            exit_now()
+            exit_now(DQ_EXIT)
 
     # -- the profiler: the "no calls to the answer" guard
     def profile(frame, event, arg):
@@ -602,8 +604,8 @@ def make_rules(*, forbid, allow, tables, trusted_dirs, own_codes, send_dq, exit_
                     idx = forbidden_c(arg)
                     if idx >= 0:
                         dq("forbidden", f"{idx}|{c_name(arg)}")
-        except BaseException:                               # noqa: BLE001 - never leave the hook
-            exit_now()
+        except BaseException as err:                        # noqa: BLE001 - never leave the hook
+            exit_now(RECURSION_EXIT if type(err) is RecursionError else INTERNAL_EXIT)
 
     # -- the tracer: Python steps in the learner's code, and where its exceptions pass
     def local(frame, event, arg):
@@ -626,8 +628,8 @@ def make_rules(*, forbid, allow, tables, trusted_dirs, own_codes, send_dq, exit_
                     frame.f_trace_opcodes = True
                 return local
             return None
-        except BaseException:                               # noqa: BLE001
-            exit_now()
+        except BaseException as err:                        # noqa: BLE001
+            exit_now(RECURSION_EXIT if type(err) is RecursionError else INTERNAL_EXIT)
 
     # -- the audit hook: what no graded code may do (installed once, never removed)
     hook_code = []
@@ -679,6 +681,8 @@ def make_rules(*, forbid, allow, tables, trusted_dirs, own_codes, send_dq, exit_
                 if p.endswith(".pyc") and p.startswith(trusted):
                     state["last_pyc"] = p
                 return
+            if event in ("sys.setprofile", "sys.settrace") and len(modes) > recursion_limit() - 100:
+                exit_now(RECURSION_EXIT)                    # CPython unhooks a hook that hit the limit
             if event in ("sys.setprofile", "sys.settrace", "sys._current_frames", "sys.addaudithook",
                          "sys.setrecursionlimit"):
                 dq("tracer", event)
@@ -739,8 +743,8 @@ def make_rules(*, forbid, allow, tables, trusted_dirs, own_codes, send_dq, exit_
                 dq("network", event)
             if event.startswith("resource."):
                 dq("limits", event)
-        except BaseException:                               # noqa: BLE001
-            exit_now()
+        except BaseException as err:                        # noqa: BLE001
+            exit_now(RECURSION_EXIT if type(err) is RecursionError else INTERNAL_EXIT)
 
     hook_code.append(audit.__code__)
 
@@ -804,6 +808,10 @@ def _preload():
         for info in pkgutil.iter_modules(pkg.__path__):
             importlib.import_module(f"{pkg.__name__}.{info.name}")
 
+    for name in ("itertools", "functools", "operator", "collections", "typing", "dataclasses", "fractions",
+                 "statistics", "random", "copy", "string", "re", "time", "enum", "numbers", "decimal", "heapq",
+                 "bisect", "array", "textwrap", "warnings", "contextlib", "cmath", "math"):
+        importlib.import_module(name)     # graded code may import these after the uid drop too
     x = np.linspace(-1, 1, 24).reshape(1, 2, 3, 4)
     einops.rearrange(x, "b c h w -> b (h w) c")
     einops.reduce(x, "b c h w -> b c", "mean")
@@ -1031,7 +1039,7 @@ def _serve(req, torch, tables, trusted, own, repo_root):
         return fn(*args, **kwargs)
 
     rules = make_rules(forbid=tuple(req["forbid"]), allow=tuple(req["allow"]), tables=tables,
-                       trusted_dirs=trusted, own_codes=own, send_dq=send_dq, exit_now=lambda: exit_now(0),
+                       trusted_dirs=trusted, own_codes=own, send_dq=send_dq, exit_now=exit_now,
                        hidden_dirs=hidden + [os.path.realpath(h) + os.sep for h in hidden],
                        protocol_fds=(3, 4), gate_code=gate.__code__,
                        import_roots=[p.rstrip(os.sep) + os.sep for p in sys.path if p and p.startswith("/")])
@@ -1045,10 +1053,10 @@ def _serve(req, torch, tables, trusted, own, repo_root):
     def intact():
         if getprofile() is not profile or gettrace() is not trace:
             send_dq("tracer", "the profiler or the tracer was replaced")
-            exit_now(0)
+            exit_now(DQ_EXIT)
         if tm_tracing() and state.get("tracing") is not True:
             send_dq("tracer", "tracemalloc was started")
-            exit_now(0)
+            exit_now(DQ_EXIT)
 
     def resolve(n):
         if "handle" in n:
@@ -1230,7 +1238,7 @@ def _serve(req, torch, tables, trusted, own, repo_root):
                 gate(fn, args, kwargs)
                 if not tm_tracing():
                     send_dq("tracer", "tracemalloc was stopped")
-                    exit_now(0)
+                    exit_now(DQ_EXIT)
                 peak = tm_peak()[1]
             finally:
                 tm_stop()

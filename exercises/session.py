@@ -26,7 +26,8 @@ import threading
 import time
 from pathlib import Path
 
-from exercises.runner import MAX_MESSAGE, ProtocolError, dumps, loads, pack, unpack
+from exercises.runner import (DQ_EXIT, INTERNAL_EXIT, MAX_MESSAGE, RECURSION_EXIT, ProtocolError, dumps, loads,
+                              pack, unpack)
 
 RUNNER = Path(__file__).resolve().parent / "runner.py"
 ROOT = RUNNER.parents[1]
@@ -272,5 +273,12 @@ def describe_end(status: int, time_limit: float, cpu_limit: int) -> tuple[str, s
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
         return "crashed", f"zero: the process crashed (killed by {name})"
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else status
+    if code == RECURSION_EXIT:
+        return "crashed", ("zero: the code recursed past Python's recursion limit (infinite recursion?); "
+                           "the grader's guard cannot follow code that deep")
+    if code == DQ_EXIT:
+        return "disqualified", "zero: the grader's guard stopped the exercise"
+    if code == INTERNAL_EXIT:
+        return "crashed", "zero: the grader's guard stopped the process (an error inside the guard)"
     return "exited", (f"zero: the process ended with exit status {code} before the tests finished "
                       "(os._exit()? never exit from an exercise function)")

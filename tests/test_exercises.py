@@ -366,7 +366,7 @@ def test_the_loop_check_counts_python_steps_not_time():
     from exercises.runner import make_rules
 
     rules = make_rules(forbid=(), allow=(), tables={}, trusted_dirs=(os.path.dirname(np.__file__),),
-                       own_codes={}, send_dq=lambda *a: None, exit_now=lambda: None, hidden_dirs=(),
+                       own_codes={}, send_dq=lambda *a: None, exit_now=lambda *a: None, hidden_dirs=(),
                        protocol_fds=())
     source = "def looped(x):\n    return np.stack([row * 2 for row in x])\n\ndef vectorized(x):\n    return x * 2\n"
     code = compile(source, "<submission>/mine.py", "exec")

@@ -55,9 +55,9 @@ STUBS_02 = {i: ("not done", "not done yet") for i in ("2.1", "2.2", "2.3", "2.4"
 
 ATTACKS = [
     # ---- forged scores and reports
-    Attack("patch the harness at import: full marks for the stubs", "forged score", E02, """PREPEND:
+    Attack("patch the grader's scoring at import: full marks for the stubs", "forged score", E02, """PREPEND:
 try:
-    import exercises.harness as _h
+    import exercises.judge as _h
     _h.ExerciseRun.result = lambda self: {"score": self.spec.points, "max_score": self.spec.points,
                                           "feedback": "all checks passed", "parts": []}
 except Exception:
@@ -269,6 +269,17 @@ def softmax(x, axis=-1):
         return _lib_softmax(x, axis=axis) if n == 0 else deep(n - 1)
     return deep(30)
 """, {"2.1": (DQ, "setrecursionlimit")}),
+    Attack("recurse to the limit, catch RecursionError, then the library's softmax", "guard off", E02,
+           LIB_SOFTMAX + """
+def softmax(x, axis=-1):
+    def deep(n):
+        return deep(n + 1)
+    try:
+        deep(0)
+    except RecursionError:
+        pass
+    return _lib_softmax(x, axis=axis)
+""", {"2.1": ("crashed", "recursion limit")}),
     Attack("builtins patched to blind the guard", "guard off", E02, LIB_SOFTMAX + """
 import builtins as _b
 _b.id = lambda obj: 0
@@ -280,7 +291,7 @@ def softmax(x, axis=-1):
 """, {"2.1": (DQ, "library's reference")}),
     Attack("clear the runner's module globals", "guard off", E02, LIB_SOFTMAX + """
 import sys as _sys
-for _name in ("__main__", "exercises.grade", "exercises.harness"):
+for _name in ("__main__", "exercises.grade", "exercises.judge", "exercises.runner"):
     if _name in _sys.modules:
         _sys.modules[_name].__dict__.clear()
 
@@ -295,7 +306,7 @@ from vit_scratch.numpy_nn.class_attention import class_attention
     Attack("append to exercises/hidden/__init__.py at import", "repository written", E01, """PREPEND:
 try:
     with open("@ROOT@/exercises/hidden/__init__.py", "a") as _f:
-        _f.write("\\nimport exercises.harness as _h\\n_h.ExerciseRun.result = lambda self: {'score': "
+        _f.write("\\nimport exercises.judge as _h\\n_h.ExerciseRun.result = lambda self: {'score': "
                  "self.spec.points, 'max_score': self.spec.points, 'feedback': 'ok', 'parts': []}\\n")
 except OSError:
     pass
