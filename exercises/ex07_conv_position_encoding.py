@@ -46,7 +46,7 @@ def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray = None,
     ``F.conv2d(x, weight, bias, padding=(d·(k_h // 2), d·(k_w // 2)), dilation=d, groups=C)``:
     PyTorch's "convolution" is a cross-correlation (the kernel is not flipped).
 
-        out[b, c, i, j] = bias[c] + Σ_u Σ_v weight[c, 0, u, v] · x[b, c, i + d·(u − k_h//2), j + d·(v − k_w//2)]
+        out[b, c, i, j] = bias[c] + Σ_u Σ_v w[c, 0, u, v] · x[b, c, i + d(u − k_h//2), j + d(v − k_w//2)]
 
     x:        (B, C, H, W)
     weight:   (C, 1, k_h, k_w), PyTorch's depthwise layout; k_h and k_w odd (the kernel may be

@@ -1,6 +1,6 @@
 """The grader against hostile submissions: marks that mean something.
 
-52 attacks (``exercises/hidden/hostile.py``), by category: forged scores and reports, reading
+53 attacks (``exercises/hidden/hostile.py``), by category: forged scores and reports, reading
 the hidden tests, switching the guard and the loop count off, writing to the repository or to
 another student's files, outliving the grader, signalling it, flooding it. They are graded in
 the same single grader run as the rest of the proof (``exercises/hidden/proof.py``), followed by

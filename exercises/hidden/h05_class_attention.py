@@ -29,7 +29,7 @@ def weights(p):
             p["proj.weight"], p["proj.bias"])
 
 
-def class_attn_ref(x, p, h, cls_in_keys=True, scale="before", heads="hd", queries="cls", kv="first",
+def class_attn_ref(x, p, h, class_token_in_keys=True, scale="before", heads="hd", queries="cls", kv="first",
                    return_attention=False):
     """Class attention in float64 torch ops, with switches for the classic mistakes: the scale
     'none' or 'after' the softmax, the heads split (d h), every token a query, the last token
@@ -38,7 +38,7 @@ def class_attn_ref(x, p, h, cls_in_keys=True, scale="before", heads="hd", querie
     x = T(np.asarray(x, dtype=np.float64))
     B, n_tok, C = x.shape
     d = C // h
-    kv_tokens = x if cls_in_keys else (x[:, 1:] if kv == "first" else x[:, :-1])
+    kv_tokens = x if class_token_in_keys else (x[:, 1:] if kv == "first" else x[:, :-1])
     q_tokens = x[:, :1] if queries == "cls" else x
 
     def proj(u, name):
@@ -64,39 +64,39 @@ def class_attn_ref(x, p, h, cls_in_keys=True, scale="before", heads="hd", querie
     return (out, N(w)) if return_attention else out
 
 
-def ca_mistakes(x, p, h, cls_in_keys=True):
+def ca_mistakes(x, p, h, class_token_in_keys=True):
     d = x.shape[-1] // h
-    out = [(class_attn_ref(x, p, h, cls_in_keys, scale="after"),
+    out = [(class_attn_ref(x, p, h, class_token_in_keys, scale="after"),
             f"the weights' rows sum to 1/√d = {1 / math.sqrt(d):.3g}, not 1: the scale 1/√d goes on the "
             "scores, before the softmax"),
-           (class_attn_ref(x, p, h, cls_in_keys, scale="none"), "the scores need the scale 1/√d "
+           (class_attn_ref(x, p, h, class_token_in_keys, scale="none"), "the scores need the scale 1/√d "
                                                               "(d = C / num_heads)"),
-           (class_attn_ref(x, p, h, cls_in_keys, queries="all"), "only the class token is a query: the "
+           (class_attn_ref(x, p, h, class_token_in_keys, queries="all"), "only the class token is a query: the "
                                                                  "result is (B, 1, C), the update of the "
                                                                  "class token alone")]
-    if cls_in_keys:
-        out.append((class_attn_ref(x, p, h, cls_in_keys=False),
+    if class_token_in_keys:
+        out.append((class_attn_ref(x, p, h, class_token_in_keys=False),
                     "the class token is missing from the keys: in CaiT it attends to itself and to the "
                     "patches (keys and values from all 1 + N tokens)"))
     else:
-        out += [(class_attn_ref(x, p, h, cls_in_keys=True),
+        out += [(class_attn_ref(x, p, h, class_token_in_keys=True),
                  "with class_token_in_keys=False the class token must not be among the keys and values "
                  "(use the patches u[:, 1:] only)"),
-                (class_attn_ref(x, p, h, cls_in_keys=False, kv="last"),
+                (class_attn_ref(x, p, h, class_token_in_keys=False, kv="last"),
                  "the class token is the first token: leave out u[:, 0], not the last token")]
     C = x.shape[-1]
     if h > 1 and C // h > 1:
-        out.append((class_attn_ref(x, p, h, cls_in_keys, heads="dh"),
+        out.append((class_attn_ref(x, p, h, class_token_in_keys, heads="dh"),
                     "heads split in the wrong order: channels are head-major, (h d), not (d h)"))
     return out
 
 
-def attn_mistakes(x, p, h, cls_in_keys=True):
+def attn_mistakes(x, p, h, class_token_in_keys=True):
     d = x.shape[-1] // h
-    return [(class_attn_ref(x, p, h, cls_in_keys, scale="after", return_attention=True)[1],
+    return [(class_attn_ref(x, p, h, class_token_in_keys, scale="after", return_attention=True)[1],
              f"the weights' rows sum to 1/√d = {1 / math.sqrt(d):.3g}, not 1: scale the scores before the "
              "softmax"),
-            (class_attn_ref(x, p, h, cls_in_keys, scale="none", return_attention=True)[1],
+            (class_attn_ref(x, p, h, class_token_in_keys, scale="none", return_attention=True)[1],
              "the weights come from unscaled scores: divide q kᵀ by √d before the softmax")]
 
 
@@ -178,24 +178,24 @@ def class_attention_without_cls_key(g):
         x, eye = _hand_case()
         close(f(x, *weights(eye), 1, class_token_in_keys=False), [[[0.5, 0.5]]],
               "identity weights, class_token_in_keys=False", atol=1e-12,
-              mistakes=ca_mistakes(x, eye, 1, cls_in_keys=False))
+              mistakes=ca_mistakes(x, eye, 1, class_token_in_keys=False))
 
     @g.part("random inputs vs an independent reference", 2)
     def _():
         r = rng(521)
         for B, n, C, h in [(2, 6, 12, 3), (1, 9, 8, 2), (3, 2, 6, 1), (2, 16, 16, 4)]:
             x, p = r.standard_normal((B, 1 + n, C)), ca_params(C, int(r.integers(1 << 30)))
-            close(f(x, *weights(p), h, class_token_in_keys=False), class_attn_ref(x, p, h, cls_in_keys=False),
+            close(f(x, *weights(p), h, class_token_in_keys=False), class_attn_ref(x, p, h, class_token_in_keys=False),
                   f"class_token_in_keys=False (B={B}, N={n}, C={C}, {h} heads)", atol=1e-10,
-                  mistakes=ca_mistakes(x, p, h, cls_in_keys=False))
+                  mistakes=ca_mistakes(x, p, h, class_token_in_keys=False))
 
     @g.part("return_attention=True: the (B, h, 1, N) weights", 1)
     def _():
         x, p = rng(526).standard_normal((2, 1 + 5, 8)), ca_params(8, 527)
         _, attn = _pair(f(x, *weights(p), 2, class_token_in_keys=False, return_attention=True),
                         "class_attention(..., class_token_in_keys=False, return_attention=True)")
-        close(attn, class_attn_ref(x, p, 2, cls_in_keys=False, return_attention=True)[1],
-              "the weights over the N patches", atol=1e-10, mistakes=attn_mistakes(x, p, 2, cls_in_keys=False))
+        close(attn, class_attn_ref(x, p, 2, class_token_in_keys=False, return_attention=True)[1],
+              "the weights over the N patches", atol=1e-10, mistakes=attn_mistakes(x, p, 2, class_token_in_keys=False))
 
     @g.part("one patch: its value, projected", 1)
     def _():
