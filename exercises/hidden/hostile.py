@@ -57,9 +57,15 @@ ATTACKS = [
     # ---- forged scores and reports
     Attack("patch the grader's scoring at import: full marks for the stubs", "forged score", E02, """PREPEND:
 try:
-    import exercises.judge as _h
-    _h.ExerciseRun.result = lambda self: {"score": self.spec.points, "max_score": self.spec.points,
-                                          "feedback": "all checks passed", "parts": []}
+    import exercises.judge as _j
+
+    def _part(self, name, points, requires=()):
+        def run(check):
+            self.parts.append(_j.PartResult(name, points, points))
+            return check
+        return run
+    _j.ExerciseRun.part = _part
+    _j.ExerciseRun.no_loops = lambda self, points, *a, **k: self.parts.append(_j.PartResult("loops", points, points))
 except Exception:
     pass
 """, STUBS_02, base="stub"),
@@ -202,11 +208,9 @@ def softmax(x, axis=-1):
     return out[0]
 """, {"2.1": (DQ, "thread")}),
     Attack("exec of the library's source into the submission", "guard off", E02, """
-def softmax(x, axis=-1):
-    import vit_scratch.numpy_nn.layers as lib
-    ns = {"__name__": "mine", "__package__": "vit_scratch.numpy_nn"}
-    exec(open(lib.__file__).read(), ns)
-    return ns["softmax"](x, axis=axis)
+import inspect as _inspect
+import vit_scratch.numpy_nn.layers as _lib
+exec(_inspect.getsource(_lib.softmax), globals())      # the library's softmax, as if written here
 """, {"2.1": (DQ, "compiles or runs new code")}),
     Attack("swap a function's __code__ for the library's", "guard off", E02, LIB_SOFTMAX + """
 def softmax(x, axis=-1, out=None):
@@ -306,8 +310,11 @@ from vit_scratch.numpy_nn.class_attention import class_attention
     Attack("append to exercises/hidden/__init__.py at import", "repository written", E01, """PREPEND:
 try:
     with open("@ROOT@/exercises/hidden/__init__.py", "a") as _f:
-        _f.write("\\nimport exercises.judge as _h\\n_h.ExerciseRun.result = lambda self: {'score': "
-                 "self.spec.points, 'max_score': self.spec.points, 'feedback': 'ok', 'parts': []}\\n")
+        _f.write("\\nimport exercises.judge as _j\\n"
+                 "_j.ExerciseRun.part = lambda self, name, points, requires=(): "
+                 "lambda check: self.parts.append(_j.PartResult(name, points, points))\\n"
+                 "_j.ExerciseRun.no_loops = lambda self, points, *a, **k: "
+                 "self.parts.append(_j.PartResult('loops', points, points))\\n")
 except OSError:
     pass
 """, {i: (DQ, "writes to the file system") for i in ("1.1", "1.2", "1.3", "1.4")}),
