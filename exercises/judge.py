@@ -118,8 +118,6 @@ class Remote:
         self.child = child
 
     def _ask(self, header: dict, blobs=()):
-        import torch
-
         head, got = self.child.request(header, blobs)
         status = head["status"]
         if status == "ok":
@@ -134,7 +132,6 @@ class Remote:
         if status == "toolarge":
             raise Fail(f"the result is too large to send back (over {runner.MAX_MESSAGE >> 20} MiB, "
                        "or nested too deeply)")
-        del torch
         raise ChildGone("protocol error", f"zero: an answer with status {status!r} to a call")
 
     def _value(self, node, blobs):

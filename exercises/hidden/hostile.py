@@ -208,9 +208,10 @@ def softmax(x, axis=-1):
     return out[0]
 """, {"2.1": (DQ, "thread")}),
     Attack("exec of the library's source into the submission", "guard off", E02, """
-import inspect as _inspect
 import vit_scratch.numpy_nn.layers as _lib
-exec(_inspect.getsource(_lib.softmax), globals())      # the library's softmax, as if written here
+_src = open(_lib.__file__).read()
+_start = _src.index("def softmax(")
+exec(_src[_start:_src.index("\\ndef ", _start)], globals())     # the library's softmax, as if written here
 """, {"2.1": (DQ, "compiles or runs new code")}),
     Attack("swap a function's __code__ for the library's", "guard off", E02, LIB_SOFTMAX + """
 def softmax(x, axis=-1, out=None):
