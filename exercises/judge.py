@@ -32,12 +32,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
 
 from exercises import runner
 from exercises.feedback import Fail, error_type
 from exercises.session import ChildGone
-from exercises.visible_checks import sort_key  # noqa: F401 - the order of exercise IDs
 
 
 class NotDone(BaseException):

@@ -31,7 +31,6 @@ import builtins
 import json
 import json.encoder
 import json.scanner
-import math
 import os
 import struct
 import sys

@@ -1,6 +1,5 @@
 """HIDDEN TESTS -- instructors only. Notebook 04: LayerScale."""
 import numpy as np
-import torch
 
 from exercises.feedback import Fail, close, equal, expect_error, type_name
 from exercises.judge import exercise

@@ -12,7 +12,7 @@ grader writes), ``@NEXT@`` (the folder of the submission graded after the attack
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 EXERCISES = Path(__file__).resolve().parents[1]
