@@ -15,8 +15,8 @@ import importlib
 import re
 import sys
 
-from exercises.checks import CHECKS, TOPICS, run_check
-from exercises.harness import describe_error, sort_key
+from exercises.feedback import describe_error
+from exercises.visible_checks import CHECKS, TOPICS, run_check, sort_key
 
 MARK = {"ok": "ok", "not done": "not done yet", "wrong": "WRONG", "error": "ERROR"}
 
@@ -69,7 +69,8 @@ def main(argv=None, package: str = "exercises") -> int:
             print(f"  {label:<42} {MARK[out.status]}")
             if out.status in ("wrong", "error"):
                 print(f"      {out.message}")
-                print(f"      hint: {out.hint}")
+                if out.hint:
+                    print(f"      hint: {out.hint}")
         print()
     done = counts["ok"] + counts["wrong"] + counts["error"]
     print(f"{counts['ok']} of {len(ids)} ok, {counts['not done']} not done yet"

@@ -18,28 +18,31 @@ import torch
 from torch import nn
 
 
-def class_attention(x: np.ndarray, params: dict, num_heads: int,
-                    cls_in_keys: bool = True) -> np.ndarray:
+def class_attention(u: np.ndarray, q_weight: np.ndarray, q_bias, k_weight: np.ndarray, k_bias,
+                    v_weight: np.ndarray, v_bias, proj_weight: np.ndarray, proj_bias,
+                    num_heads: int, class_token_in_keys: bool = True, return_attention: bool = False):
     """Exercise 5.1 (try first) -- class attention: only the class token asks, everyone answers.
 
-    Notebook 05 derives it in NumPy; try it first. In CaiT's last blocks the class token is
-    the only query; keys and values come from the class token and the patches:
+    Notebook 05 derives it in NumPy; try it first. This is the signature of the library's
+    ``vit_scratch.numpy_nn.class_attention.class_attention`` (which you may not call here).
+    In CaiT's last blocks the class token is the only query; keys and values come from the
+    class token and the patches:
 
-        q = (x[:, 0] Wqᵀ + bq)            one query per image       (B, 1, C) -> (B, h, 1, d)
-        k = x Wkᵀ + bk,   v = x Wvᵀ + bv  all 1 + N tokens            (B, h, 1 + N, d)
-        out = proj(merge_heads(softmax(q kᵀ / √d) v))                 (B, 1, C)
+        q = u[:, :1] Wqᵀ + bq             one query per image       (B, 1, C) -> (B, h, 1, d)
+        k = u Wkᵀ + bk,   v = u Wvᵀ + bv  all 1 + N tokens            (B, h, 1 + N, d)
+        A = softmax(q kᵀ / √d)            one row of weights per head (B, h, 1, 1 + N)
+        out = merge_heads(A v) Wpᵀ + bp                               (B, 1, C)
 
-    x:         (B, 1 + N, C), the class token first, then the N patch tokens (already normed)
-    params:    ``q.weight``, ``k.weight``, ``v.weight``, ``proj.weight`` (C, C) and their
-               ``.bias`` (C,) -- the names of timm's CaiT class attention. The q/k/v biases
-               may be missing (qkv_bias=False): then there is no bias. PyTorch's layout,
-               y = x Wᵀ + b; heads are head-major channel groups as in notebook 02.
-    num_heads: h
-    returns:   (B, 1, C), the update of the class token only (the patches are not updated)
+    u:                 (B, 1 + N, C), the class token first, then the N patch tokens (normed)
+    q/k/v/proj_weight: (C, C) in PyTorch's (out, in) layout, y = x Wᵀ + b
+    q/k/v_bias:        (C,), or None (qkv_bias=False: no bias); proj_bias: (C,)
+    num_heads:         h; heads are head-major channel groups, as in notebook 02
+    returns:           out (B, 1, C), the update of the class token only; with
+                       ``return_attention=True`` the pair (out, A)
 
-    Exercise 5.2 -- ``cls_in_keys=False``: the paper's ablation, where the class token attends
-    to the patches only. Keys and values then come from the N patch tokens alone (the query
-    still comes from the class token).
+    Exercise 5.2 -- ``class_token_in_keys=False``: the paper's ablation, where the class token
+    attends to the patches only. Keys and values then come from the N patch tokens alone (the
+    query still comes from the class token), and A is (B, h, 1, N).
     """
     # TODO Exercise 5.1: your code here (replace the line below)
     raise NotImplementedError("Exercise 5.1: class_attention")

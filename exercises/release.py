@@ -10,7 +10,10 @@ with each ``### BEGIN SOLUTION`` ... ``### END SOLUTION`` region replaced by the
 
 so a solved ``exercises/exNN_*.py`` left in the instructor's working tree never leaks. Any other
 ``.py`` file with such regions gets the same treatment. The copy is checked before the command
-returns: no solution region, no solutions or hidden-test file.
+returns (:func:`check_student_copy`): no solution region and no hidden test in any file, in any
+encoding (UTF-8, UTF-16, UTF-32, or bytes that are not text), no solution whose markers were
+stripped (its code lines compared with the solutions' regions), and no archive (zip, tar,
+gzip ...) holding ``solutions/`` or ``hidden/`` or any of the above. Each problem names the file.
 
 The same function, :func:`make_stub`, generates the committed stubs; ``tests/test_exercises.py``
 checks that ``exercises/exNN_*.py`` equal ``make_stub(exercises/solutions/exNN_*.py)``.
@@ -105,6 +108,15 @@ def make_stub(source: str, filename: str = "<source>") -> str:
     return "".join(out)
 
 
+def _utf8_with_regions(path: Path) -> bool:
+    """A UTF-8 file with solution regions (a file in another encoding is copied as it is, and
+    the check of the copy refuses it if it holds a solution)."""
+    try:
+        return _has_regions(path.read_text())
+    except UnicodeDecodeError:
+        return False
+
+
 def _has_regions(text: str) -> bool:
     return any(line.strip() in (BEGIN, END) for line in text.splitlines())
 
@@ -159,38 +171,127 @@ def release(out_dir, root: Path = ROOT, force: bool = False) -> dict:
         if re.fullmatch(r"exercises/ex\d\d_\w+\.py", rel) and master.is_file():
             dst.write_text(make_stub(master.read_text(), str(master)))
             stubs.append(rel)
-        elif rel.endswith(".py") and _has_regions(src.read_text(errors="replace")):
+        elif rel.endswith(".py") and _utf8_with_regions(src):
             dst.write_text(make_stub(src.read_text(), rel))
             stubs.append(rel)
         else:
             shutil.copyfile(src, dst)
         shutil.copymode(src, dst)
         copied += 1
-    problems = check_student_copy(out_dir)
+    problems = check_student_copy(out_dir, root)
     if problems:
-        raise ReleaseError("the student copy is not clean:\n  " + "\n  ".join(problems))
+        raise ReleaseError("the student copy is not clean (nothing was released; the copy in "
+                           f"{out_dir} is incomplete -- delete it):\n  " + "\n  ".join(problems))
     return {"out_dir": str(out_dir), "files": copied, "stubbed": stubs}
 
 
-def check_student_copy(out_dir) -> list[str]:
-    """What a student copy must not contain: solution regions, solutions, hidden tests."""
+ARCHIVES = (".zip", ".whl", ".egg", ".jar", ".tar", ".tgz", ".tbz2", ".txz", ".gz", ".bz2", ".xz")
+_LEAK_PATH = re.compile(r"(^|/)(exercises/)?(solutions|hidden)(/|$)")
+_ENCODINGS = ("utf-8", "utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be")
+
+
+def _code_lines(text: str) -> set[str]:
+    return {line.split("#")[0].strip() for line in text.splitlines()} - {""}
+
+
+def solution_bodies(root: Path = ROOT) -> list[tuple[str, set[str]]]:
+    """For each solution region of ``exercises/solutions/``: (where, its distinctive code lines --
+    25 characters or more, comments removed), to recognise a solution whose markers were
+    stripped."""
+    bodies = []
+    for master in sorted((Path(root) / "exercises" / "solutions").glob("ex*.py")):
+        for i, region in enumerate(solution_regions(master.read_text())):
+            lines = {line for line in _code_lines(region) if len(line) >= 25}
+            if len(lines) >= 3:
+                bodies.append((f"{master.name}, region {i + 1}", lines))
+    return bodies
+
+
+def _decodings(data: bytes) -> list[str]:
+    """The texts ``data`` could be: UTF-8, UTF-16/32 when it has their zero bytes, and Latin-1."""
+    texts = []
+    for enc in _ENCODINGS:
+        if enc != "utf-8" and b"\0" not in data:
+            continue
+        try:
+            texts.append(data.decode(enc))
+        except UnicodeDecodeError:
+            pass
+    texts.append(data.decode("latin-1"))
+    return texts
+
+
+def _archive_members(path: Path):
+    """(name, bytes) of each file in an archive (zip, tar, or a single gzip/bzip2/xz stream)."""
+    import bz2
+    import gzip
+    import lzma
+    import tarfile
+    import zipfile
+
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                if not info.is_dir():
+                    yield info.filename, z.read(info)
+        return
+    try:
+        with tarfile.open(path) as t:
+            for member in t.getmembers():
+                if member.isfile():
+                    yield member.name, t.extractfile(member).read()
+        return
+    except (tarfile.TarError, OSError, EOFError):
+        pass
+    for opener in (gzip.open, bz2.open, lzma.open):
+        try:
+            with opener(path) as fh:
+                yield path.stem, fh.read()
+            return
+        except (OSError, EOFError, lzma.LZMAError):
+            continue
+
+
+def _leaks(rel: str, data: bytes, bodies) -> list[str]:
+    for text in _decodings(data):
+        if _has_regions(text) or HIDDEN_MARKER in text:
+            return [f"{rel} contains a solution region or hidden tests"]
+        lines = _code_lines(text)
+        hit = next((where for where, body in bodies if len(body & lines) >= max(3, 0.6 * len(body))), None)
+        if hit:
+            return [f"{rel} contains the code of a solution ({hit}) without its markers"]
+    return []
+
+
+def check_student_copy(out_dir, root: Path = ROOT) -> list[str]:
+    """What a student copy must not contain, each naming the file: solution regions, solutions
+    whose markers were stripped, hidden tests -- in any encoding, and inside archives."""
     out_dir = Path(out_dir)
     problems = []
     for sub in EXCLUDED_DIRS:
         if (out_dir / sub).exists():
             problems.append(f"{sub} is present")
-    for path in out_dir.rglob("*"):
+    bodies = solution_bodies(root)
+    for path in sorted(out_dir.rglob("*")):
         if not path.is_file():
             continue
-        try:
-            text = path.read_text()
-        except (UnicodeDecodeError, OSError):
-            continue
         rel = path.relative_to(out_dir).as_posix()
-        if _has_regions(text):
-            problems.append(f"{rel} contains a solution region")
-        if HIDDEN_MARKER in text:
-            problems.append(f"{rel} contains hidden tests")
+        try:
+            data = path.read_bytes()
+        except OSError as err:
+            problems.append(f"{rel} cannot be read ({err.strerror})")
+            continue
+        # the library holds its own versions of several exercises: markers only, not bodies
+        problems += _leaks(rel, data, [] if rel.startswith("vit_scratch/") else bodies)
+        if path.name.lower().endswith(ARCHIVES):
+            try:
+                for name, member in _archive_members(path):
+                    if _LEAK_PATH.search(name.replace("\\", "/")):
+                        problems.append(f"{rel} holds {name} (solutions/ or hidden/)")
+                    problems += [f"{rel}: {p}" for p in _leaks(name, member, bodies)]
+            except Exception as err:  # noqa: BLE001 - an archive we cannot read is not shipped
+                problems.append(f"{rel} is an archive that cannot be read ({type(err).__name__}): "
+                                "remove it or check it by hand")
     return problems
 
 

@@ -6,8 +6,7 @@ friendlier output as  python -m exercises.check NN.
 import pytest
 
 from exercises.check import load
-from exercises.checks import CHECKS, run_check
-from exercises.harness import sort_key
+from exercises.visible_checks import CHECKS, run_check, sort_key
 
 
 @pytest.mark.parametrize("ex_id", sorted(CHECKS, key=sort_key), ids=lambda i: i.replace(".", "_"))

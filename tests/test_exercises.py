@@ -1,13 +1,17 @@
-"""The exercises as handed out: the fixed index, the stubs, the visible checks, the release.
+"""The exercises: the fixed index, the stubs, the visible checks, the hidden tests' verdicts
+(solutions full marks, stubs zero, every mutant loses points and hears why, bad submissions get
+a clear zero), the loop count, and the release.
 
-The tests that need the reference solutions are skipped in a student copy (which has none);
-the grading proofs (solutions, stubs, mutants, hostile submissions) are in
-``test_exercise_grading.py``.
+The grader runs ONCE for the whole session (``exercises/hidden/proof.py``): this file and
+``test_grader_security.py`` (the attacks) read the same report. The tests that need the
+solutions or the hidden tests are skipped in a student copy (which has neither).
 """
 from __future__ import annotations
 
 import ast
 import inspect
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from exercises import check as check_cli
-from exercises.checks import CHECKS, run_check
-from exercises.release import BEGIN, END, make_stub, release, solution_regions
+from exercises.release import BEGIN, END, ReleaseError, make_stub, release, repository_files, solution_regions
+from exercises.visible_checks import CHECKS, run_check
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = ROOT / "exercises"
@@ -24,6 +28,8 @@ SOLUTIONS = EXERCISES / "solutions"
 # In a student copy there are no solutions, and exercises/ holds the learner's work in progress:
 # the tests of the stubs and of the release only run in the instructors' repository.
 needs_solutions = pytest.mark.skipif(not SOLUTIONS.is_dir(), reason="a student copy has no solutions")
+needs_hidden = pytest.mark.skipif(not (EXERCISES / "hidden" / "__init__.py").is_file(),
+                                  reason="a student copy has no hidden tests")
 
 # The fixed exercise index (the notebooks link these names).
 INDEX = {
@@ -116,21 +122,36 @@ def test_visible_checks_pass_on_the_solutions(ex_id):
     assert out.status == "ok", out
 
 
-@needs_solutions
-def test_visible_checks_name_what_is_wrong():
-    """A wrong answer gets one short line (what differs, where) and a hint, never an array dump."""
+def _mutant_module(name):
     import types
 
     from exercises.hidden.mutants import MUTANTS
 
-    mutant = next(m for m in MUTANTS if m.name == "attention: scale after the softmax")
+    mutant = next(m for m in MUTANTS if m.name == name)
     module = types.ModuleType(mutant.module)
     module.__file__ = str(EXERCISES / f"{mutant.module}.py")
     exec(compile(mutant.source(), module.__file__, "exec"), module.__dict__)
-    out = run_check("2.2", module)
+    return module
+
+
+@needs_hidden
+@needs_solutions
+def test_visible_checks_name_what_is_wrong():
+    """A wrong answer gets one short line (what differs, where) and a hint, never an array dump."""
+    out = run_check("2.2", _mutant_module("attention: scale after the softmax"))
     assert out.status == "wrong" and "\n" not in out.message and len(out.message) < 200
     assert "(expected 2, got 0.4)" in out.message
     assert "√d" in out.hint
+
+
+@needs_hidden
+@needs_solutions
+def test_a_recognised_mistake_is_named_and_no_other_hint_is_given():
+    """Class attention scaled after the softmax is told so -- not the generic hint about where
+    the query comes from, which names a different mistake."""
+    out = run_check("5.1", _mutant_module("class attention: scale after the softmax"))
+    assert out.status == "wrong" and "before the softmax" in out.message
+    assert out.hint == ""
 
 
 @needs_solutions
@@ -220,3 +241,198 @@ def _env():
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     return env
+
+
+# ---- planted leaks: the release refuses, naming the file -----------------------------------------
+
+def _repo_copy(tmp_path):
+    repo = tmp_path / "repo"
+    for rel in repository_files(ROOT):
+        dst = repo / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes((ROOT / rel).read_bytes())
+    return repo
+
+
+def _plant_archive(repo):
+    import tarfile
+
+    with tarfile.open(repo / "backup.tgz", "w:gz") as tar:
+        tar.add(repo / "exercises" / "hidden", arcname="exercises/hidden")
+    return "backup.tgz holds exercises/hidden/"
+
+
+def _plant_other_encoding(repo):
+    text = (repo / "exercises" / "solutions" / "ex02_self_attention.py").read_text()
+    (repo / "notes.txt").write_bytes(text.encode("utf-16"))
+    return "notes.txt contains a solution region"
+
+
+def _plant_stripped_solution(repo):
+    text = (repo / "exercises" / "solutions" / "ex06_factorized_attention.py").read_text()
+    (repo / "exercises" / "ex06_solved.py").write_text(
+        "\n".join(line for line in text.splitlines() if "SOLUTION" not in line))
+    return "exercises/ex06_solved.py contains the code of a solution"
+
+
+@needs_solutions
+@pytest.mark.parametrize("plant", [_plant_archive, _plant_other_encoding, _plant_stripped_solution],
+                         ids=["archive", "utf-16", "markers stripped"])
+def test_release_refuses_a_planted_leak_and_names_the_file(tmp_path, plant):
+    repo = _repo_copy(tmp_path)
+    expected = plant(repo)
+    with pytest.raises(ReleaseError) as err:
+        release(tmp_path / "out", root=repo)
+    assert expected in str(err.value)
+
+
+# ---- the grader's verdicts (one grader run, exercises/hidden/proof.py) ---------------------------
+
+if (EXERCISES / "hidden" / "__init__.py").is_file() and SOLUTIONS.is_dir():
+    from exercises.hidden.mutants import MUTANTS
+else:  # a student copy
+    MUTANTS = []
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    from exercises.hidden.proof import graded
+
+    result = graded(tmp_path_factory.mktemp("grading"))
+    assert result["returncode"] == 0, result["stdout"][-2000:] + result["stderr"][-3000:]
+    return result
+
+
+def _reports(graded, kind):
+    return [(what, rep) for (k, what), rep in zip(graded["names"], graded["reports"]) if k == kind]
+
+
+@needs_hidden
+@needs_solutions
+def test_the_reference_solutions_score_full_marks(graded):
+    (_, report), = _reports(graded, "solutions")
+    assert [ex["id"] for ex in report["exercises"]] == ALL_IDS
+    wrong = {ex["id"]: ex["feedback"] for ex in report["exercises"] if ex["score"] != ex["max_score"]}
+    assert not wrong
+    assert report["score"] == report["max_score"] == 249
+    assert all(ex["status"] == "graded" and ex["feedback"] == "all checks passed" for ex in report["exercises"])
+
+
+@needs_hidden
+@needs_solutions
+def test_the_stubs_score_zero_without_a_grader_error(graded):
+    (_, report), = _reports(graded, "stubs")
+    assert report["score"] == 0 and report["max_score"] == 249
+    for ex in report["exercises"]:
+        assert ex["status"] == "not done", ex
+        assert "not done yet: raises NotImplementedError('Exercise " in ex["feedback"]
+
+
+@needs_hidden
+@needs_solutions
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: f"{m.exercise} {m.name}")
+def test_every_mutant_loses_points_and_hears_why(graded, mutant):
+    ex = next(rep for what, rep in _reports(graded, "mutant") if what is mutant)["exercises"][0]
+    assert ex["id"] == mutant.exercise and ex["status"] == "graded", ex
+    assert ex["score"] < ex["max_score"], f"{mutant.name} scored full marks"
+    assert mutant.expect in ex["feedback"], ex["feedback"]
+
+
+@needs_hidden
+@needs_solutions
+def test_a_bad_submission_gets_a_clear_zero_and_grading_goes_on(graded):
+    """A folder that does not exist, an empty one, a notebook, a file that does not parse, a
+    missing package, a file that is not UTF-8, a symbolic link; and the code notebooks 07 and 08
+    show, pasted as 7.2 and 8.1, does not earn full marks (those exercises ask for more)."""
+    cases = _reports(graded, "bad")
+    names = {name for (name, _), _ in cases}
+    assert {"a folder that does not exist", "an empty folder", "a notebook instead of a .py file",
+            "a file that does not parse", "a missing package", "a file that is not UTF-8",
+            "a symbolic link"} <= names
+    for (name, phrase), report in cases:
+        (ex,) = report["exercises"]
+        assert ex["score"] < ex["max_score"], (name, ex)
+        if phrase:
+            assert ex["score"] == 0 and ex["status"] == "import error" and phrase in ex["feedback"], (name, ex)
+
+
+def test_the_loop_check_counts_python_steps_not_time():
+    """A loop over tokens is seen at any machine speed: counts are exact and repeatable, and
+    only the submission's own code is counted (not NumPy's)."""
+    import sys
+
+    import numpy as np
+
+    from exercises.runner import make_rules
+
+    rules = make_rules(forbid=(), allow=(), tables={}, trusted_dirs=(os.path.dirname(np.__file__),),
+                       own_codes={}, send_dq=lambda *a: None, exit_now=lambda *a: None, hidden_dirs=(),
+                       protocol_fds=())
+    source = "def looped(x):\n    return np.stack([row * 2 for row in x])\n\ndef vectorized(x):\n    return x * 2\n"
+    code = compile(source, "<submission>/mine.py", "exec")
+    rules["add_learner_code"](code)
+    ns = {"np": np}
+    exec(code, ns)
+
+    def steps(fn, x):
+        previous = sys.gettrace()
+        sys.settrace(rules["trace"])
+        rules["count_start"]()
+        try:
+            fn(x)
+        finally:
+            n = rules["count_stop"]()
+            sys.settrace(previous)
+        return n
+
+    small, large = np.zeros((3, 4)), np.zeros((19, 4))
+    assert steps(ns["vectorized"], small) == steps(ns["vectorized"], large) > 0
+    assert steps(ns["looped"], large) - steps(ns["looped"], small) >= 2 * 16
+    assert steps(ns["looped"], large) == steps(ns["looped"], large)
+
+
+def _grade_cli(*args, timeout=600):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "exercises.grade", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@needs_hidden
+@pytest.mark.parametrize("args, message", [
+    (["--time-limit", "0"], "positive number of seconds"),
+    (["--time-limit", "-3"], "positive number of seconds"),
+    (["--json", "/nonexistent-folder/report.json"], "does not exist"),
+    (["--jobs", "0"], "at least 1"),
+], ids=["time-limit 0", "negative time-limit", "json into a missing folder", "jobs 0"])
+def test_bad_options_are_refused_before_anything_runs(args, message):
+    result = _grade_cli(*args, timeout=60)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert "Hidden tests" not in result.stdout
+
+
+@needs_hidden
+@needs_solutions
+def test_the_command_line_grader(tmp_path):
+    """The documented command: a table on stdout, the JSON report, exit status 0."""
+    submission = tmp_path / "exercises"
+    submission.mkdir()
+    (submission / "ex04_layerscale.py").write_text((SOLUTIONS / "ex04_layerscale.py").read_text())
+    result = _grade_cli("--submission", str(submission), "--json", str(tmp_path / "report.json"), "04", "5.1")
+    assert result.returncode == 0, result.stderr
+    assert "4.2 LayerScaleBlock" in result.stdout and "total" in result.stdout
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert set(report) >= {"score", "max_score", "exercises"}
+    assert [e["name"] for e in report["exercises"]] == ["4.1 layerscale_init_value", "4.2 LayerScaleBlock",
+                                                        "5.1 class_attention"]
+    assert all(set(e) >= {"name", "score", "max_score", "feedback"} for e in report["exercises"])
+    assert report["score"] == 17 and report["max_score"] == 29
+    assert "ex05_class_attention.py is missing" in report["exercises"][2]["feedback"]
+
+
+@needs_hidden
+def test_the_manifest_matches_the_hidden_tests_and_the_grader():
+    """The grader refuses to grade when these files differ from the manifest: after editing
+    them, record them with ``python -m exercises.grade --update-manifest``."""
+    from exercises.grade import manifest_problems
+
+    assert manifest_problems() == []

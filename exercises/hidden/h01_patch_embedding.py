@@ -3,7 +3,8 @@ import numpy as np
 import torch.nn.functional as F
 from einops import rearrange
 
-from exercises.harness import close, exercise, expect_error
+from exercises.feedback import close, expect_error
+from exercises.judge import exercise
 
 from .references import NUMPY_ONLY, N, T, rng
 
@@ -61,7 +62,7 @@ def patchify_reshape(g):
 
     def make(gh=2, gw=2, P=2):
         x = np.zeros((1, 2, gh * P, gw * P))
-        return lambda: f(x, P)
+        return f.later(x, P)
 
     g.no_loops(2, make, {"patch rows": ({"gh": 2}, {"gh": 10}, 8),
                          "patch columns": ({"gw": 2}, {"gw": 10}, 8),
@@ -112,7 +113,7 @@ def unpatchify(g):
 
     def make(gh=2, gw=2):
         p = np.zeros((1, gh * gw, 2 * 4))
-        return lambda: f(p, 2, (2 * gh, 2 * gw))
+        return f.later(p, 2, (2 * gh, 2 * gw))
 
     g.no_loops(2, make, {"patch rows": ({"gh": 2}, {"gh": 10}, 8),
                          "patch columns": ({"gw": 2}, {"gw": 10}, 8)},
@@ -195,6 +196,6 @@ def pos_embed_similarity(g):
 
     def make(n=4):
         pe = rng(43).standard_normal((1, 1 + n, 8))
-        return lambda: f(pe)
+        return f.later(pe)
 
     g.no_loops(2, make, {"tokens": ({"n": 4}, {"n": 20}, 16)}, requires=["random embeddings"])

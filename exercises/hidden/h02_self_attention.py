@@ -3,7 +3,8 @@ import math
 
 import numpy as np
 
-from exercises.harness import Fail, close, exercise, expect_error
+from exercises.feedback import Fail, close, expect_error
+from exercises.judge import exercise
 
 from .references import NUMPY_ONLY, attention, attention_grads, rng, softmax as ref_softmax
 
@@ -65,7 +66,7 @@ def softmax(g):
 
     def make(rows=2, length=3):
         x = rng(103).standard_normal((rows, length))
-        return lambda: f(x, axis=-1)
+        return f.later(x, axis=-1)
 
     g.no_loops(2, make, {"rows": ({"rows": 2}, {"rows": 18}, 16),
                          "entries": ({"length": 3}, {"length": 19}, 16)},
@@ -82,6 +83,9 @@ def sdpa_mistakes(q, k, v, mask=None):
         (attention(q, k, v, mask, softmax_dim=-2) if q.shape[-2] == k.shape[-2] else np.zeros(0),
          "the softmax runs over the queries (axis -2): each query's weights over the keys "
          "(axis -1) must sum to 1"),
+        (attention(q, np.swapaxes(k, -1, -2), v, mask) if k.shape[-1] == k.shape[-2] else np.zeros(0),
+         "k is not transposed: the scores are q kᵀ, (N_q, d) @ (d, N_k) -- without the transpose "
+         "they only have a shape when N_k = d"),
     ]
     if mask is not None:
         out += [(attention(q, k, v), "the mask is ignored: set masked scores to -inf before the softmax"),
@@ -104,11 +108,11 @@ def scaled_dot_product_attention(g):
         v = np.array([[4.0, 0.0], [0.0, 8.0]])
         close(f(q, k, v), [[3.0, 2.0]], "softmax(q kᵀ/2) v", atol=1e-12, mistakes=sdpa_mistakes(q, k, v))
 
-    @g.part("random shapes: leading axes, N_q != N_k, d_v != d", 3)
+    @g.part("random shapes: leading axes, N_q != N_k, d_v != d, N_k = d", 3)
     def _():
         r = rng(111)
-        for lead, nq, nk, d, dv in [((), 5, 5, 8, 8), ((2,), 3, 7, 4, 6), ((2, 3), 6, 6, 16, 16),
-                                    ((1, 1), 1, 4, 2, 3), ((3, 1, 2), 4, 1, 5, 2)]:
+        for lead, nq, nk, d, dv in [((2,), 3, 6, 6, 4), ((), 5, 5, 5, 5), ((), 5, 5, 8, 8), ((2,), 3, 7, 4, 6),
+                                    ((2, 3), 6, 6, 16, 16), ((1, 1), 1, 4, 2, 3), ((3, 1, 2), 4, 1, 5, 2)]:
             q, k, v = (r.standard_normal(lead + s) for s in [(nq, d), (nk, d), (nk, dv)])
             close(f(q, k, v), attention(q, k, v), f"attention, q {q.shape}, k {k.shape}, v {v.shape}",
                   atol=1e-10, mistakes=sdpa_mistakes(q, k, v))
@@ -141,10 +145,10 @@ def scaled_dot_product_attention(g):
 
     def make(n=3, heads=2):
         q = rng(115).standard_normal((heads, n, 4))
-        return lambda: f(q, q, q)
+        return f.later(q, q, q)
 
     g.no_loops(2, make, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"heads": 2}, {"heads": 12}, 10)},
-               requires=["random shapes: leading axes, N_q != N_k, d_v != d"])
+               requires=["random shapes: leading axes, N_q != N_k, d_v != d, N_k = d"])
 
 
 @exercise("2.3", "padding_mask", MOD, 8, forbid=NUMPY_ONLY)
@@ -193,7 +197,7 @@ def padding_mask(g):
 
     def make(B=2, n=4):
         lengths = np.ones(B, dtype=int)
-        return lambda: f(lengths, n)
+        return f.later(lengths, n)
 
     g.no_loops(1, make, {"sequences": ({"B": 2}, {"B": 18}, 16), "tokens": ({"n": 4}, {"n": 20}, 16)},
                requires=["random batches (lengths as an array or a list)"])
@@ -246,7 +250,7 @@ def split_merge_heads(g):
 
     def make(n=3, h=2):
         x = np.zeros((1, n, 2 * h))
-        return lambda: merge(split(x, h))
+        return merge.later(split.later(x, h))
 
     g.no_loops(2, make, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"h": 2}, {"h": 12}, 10)},
                requires=["split_heads on random shapes (one head, d = 1, one token)"])
@@ -315,7 +319,7 @@ def attention_backward(g):
     def make(n=3, heads=2):
         r = rng(145)
         q, grad = r.standard_normal((heads, n, 4)), r.standard_normal((heads, n, 4))
-        return lambda: f(q, q, q, grad)
+        return f.later(q, q, q, grad)
 
     g.no_loops(2, make, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"heads": 2}, {"heads": 12}, 10)},
                requires=["random shapes vs autograd (leading axes, N_q != N_k, d_v != d)"])

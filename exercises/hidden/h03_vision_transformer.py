@@ -4,7 +4,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from exercises.harness import Fail, close, equal, exercise, expect_error
+from exercises.feedback import Fail, close, equal, expect_error, type_name
+from exercises.judge import exercise
 
 from .references import NUMPY_ONLY, N, T, block, block_params, expected_keys, rng
 
@@ -35,13 +36,17 @@ def vit_num_params(g):
 
     def mistakes(args, kwargs):
         ref = vit_params_reference(*args, **kwargs)
-        C, depth = args[3], args[4]
+        C, depth, ratio = args[3], args[4], args[5]
         out = [(ref - C, "off by embed_dim: the class token has a position embedding too "
                          "(pos_embed is (1, 1 + N, C))"),
                (ref - depth * 4 * C, "the two LayerNorms of each block have a weight and a bias"),
                (ref - 2 * C, "the final LayerNorm (norm) has 2·C parameters")]
         if kwargs.get("qkv_bias", True):
             out.append((ref - depth * 3 * C, "the qkv projection has a bias of 3·C"))
+        rounded = round(C * ratio) - int(C * ratio)
+        if rounded:
+            out.append((ref + depth * rounded * (2 * C + 1), "the MLP's hidden size is int(C · mlp_ratio), "
+                                                             "rounded down (timm), not round()"))
         return out
 
     def check(*args, **kwargs):
@@ -53,10 +58,11 @@ def vit_num_params(g):
     def _():
         check(224, 16, 3, 192, 12, 4.0, 1000)
 
-    @g.part("random configurations (mlp_ratio 2.5 rounds down)", 3)
+    @g.part("random configurations (C · mlp_ratio = 76.6 and 27.5 round down)", 3)
     def _():
-        for args in [(32, 8, 1, 48, 2, 2.0, 10), (64, 16, 3, 96, 5, 4.0, 7), (384, 16, 3, 768, 12, 4.0, 1000),
-                     (30, 3, 2, 20, 3, 2.5, 5), (16, 16, 3, 10, 1, 1.0, 1), (28, 7, 1, 33, 4, 2.7, 3)]:
+        for args in [(32, 8, 1, 20, 2, 3.83, 10), (40, 8, 3, 10, 3, 2.75, 4), (32, 8, 1, 48, 2, 2.0, 10),
+                     (64, 16, 3, 96, 5, 4.0, 7), (384, 16, 3, 768, 12, 4.0, 1000), (30, 3, 2, 20, 3, 2.5, 5),
+                     (16, 16, 3, 10, 1, 1.0, 1), (28, 7, 1, 33, 4, 2.7, 3)]:
             check(*args)
 
     @g.part("rectangular img_size (224, 160)", 1)
@@ -100,7 +106,7 @@ def block_forward(g):
         close(f(x, p, 3), block(x, p, 3), "block_forward (B=2, N=7, C=12, 3 heads)", atol=1e-10,
               mistakes=block_mistakes(x, p, 3))
 
-    @g.part("random shapes: one head, one token, batch of one, MLP ratio 2", 3)
+    @g.part("random shapes: one head, one token, batch of one, MLP ratio 2", 2)
     def _():
         r = rng(303)
         for B, n, C, h, hidden in [(1, 5, 16, 4, 64), (3, 1, 8, 2, 16), (2, 6, 6, 1, 12), (1, 9, 20, 5, 40)]:
@@ -109,7 +115,18 @@ def block_forward(g):
             close(f(x, p, h), block(x, p, h), f"block_forward (B={B}, N={n}, C={C}, {h} heads)",
                   atol=1e-10, mistakes=block_mistakes(x, p, h))
 
-    @g.part("float32 in, float32 out", 2)
+    @g.part("large logits (attention scores in the thousands)", 2)
+    def _():
+        x = rng(310).standard_normal((2, 6, 16))
+        p = block_params(16, 2, 32, seed=311)
+        p["attn.qkv.weight"] = 40 * p["attn.qkv.weight"]
+        got = f(x, p, 2)
+        if np.asarray(got).shape == x.shape and not np.isfinite(np.asarray(got, dtype=float)).all():
+            raise Fail("NaN or inf for large attention scores: exp() overflowed -- subtract each row's "
+                       "maximum before exp() (not the minimum, and not nothing)")
+        close(got, block(x, p, 2), "block_forward with scores in the thousands", atol=1e-8, rtol=1e-10)
+
+    @g.part("float32 in, float32 out", 1)
     def _():
         x = rng(304).standard_normal((2, 5, 16)).astype(np.float32)
         p = block_params(16, 4, 64, seed=305, dtype=np.float32)
@@ -125,7 +142,7 @@ def block_forward(g):
     def make(n=3, h=2):
         x = rng(308).standard_normal((1, n, 2 * h))
         p = block_params(2 * h, h, 4 * h, seed=309)
-        return lambda: f(x, p, h)
+        return f.later(x, p, h)
 
     g.no_loops(2, make, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"h": 2}, {"h": 12}, 10)},
                requires=["random shapes: one head, one token, batch of one, MLP ratio 2"])
@@ -181,7 +198,7 @@ def attention_rollout(g):
 
     def make(n=3, h=2):
         maps = [rng(313).dirichlet(np.ones(n), size=(1, h, n)) for _ in range(3)]
-        return lambda: f(maps)
+        return f.later(maps)
 
     g.no_loops(2, make, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"h": 2}, {"h": 12}, 10)},
                requires=["random maps: blocks, heads, batch of one"])
@@ -189,7 +206,7 @@ def attention_rollout(g):
 
 # ---- PyTorch modules -------------------------------------------------------------------------------
 
-def check_keys(module, expected: dict, what: str) -> None:
+def check_keys(module, expected: dict, what: str, hint: str = "") -> None:
     got = {k: tuple(v.shape) for k, v in module.state_dict().items()}
     missing = sorted(set(expected) - set(got))
     extra = sorted(set(got) - set(expected))
@@ -202,7 +219,7 @@ def check_keys(module, expected: dict, what: str) -> None:
         raise Fail(f"{what}: state_dict keys differ from timm's: {'; '.join(parts)}")
     for k, shape in expected.items():
         if got[k] != tuple(shape):
-            raise Fail(f"{what}: {k} has shape {got[k]}, expected {tuple(shape)}")
+            raise Fail(f"{what}: {k} has shape {got[k]}, expected {tuple(shape)}" + (f": {hint}" if hint else ""))
 
 
 def load(module, params: dict, dtype=torch.float64):
@@ -218,18 +235,12 @@ def forward(module, x):
     with torch.no_grad():
         out = module(T(x))
     if not isinstance(out, torch.Tensor):
-        raise Fail(f"forward must return a tensor, got {type(out).__name__}")
+        raise Fail(f"forward must return a tensor, got {type_name(out)}")
     return N(out)
 
 
 def grads_reach_everything(module, x) -> None:
-    module.train()
-    for p in module.parameters():
-        p.grad = None
-    out = module(T(x).requires_grad_())
-    (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape)).sum().backward()
-    dead = [n for n, p in module.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()
-            or float(p.grad.abs().sum()) == 0.0]
+    dead = module.dead_parameters(T(x))
     if dead:
         raise Fail(f"no gradient reaches {', '.join(dead[:3])}")
 
@@ -243,15 +254,17 @@ def block_module(g):
         check_keys(make(12, 3), expected_keys(12, 48), "Block(12, 3)")
         check_keys(make(8, 2, mlp_ratio=2.0, qkv_bias=False), expected_keys(8, 16, qkv_bias=False),
                    "Block(8, 2, mlp_ratio=2.0, qkv_bias=False)")
+        check_keys(make(10, 2, mlp_ratio=2.75), expected_keys(10, 27), "Block(10, 2, mlp_ratio=2.75)",
+                   hint="the MLP's hidden size is int(dim · mlp_ratio) = 27, rounded down (timm), not round()")
 
     def eps_hint(m):
-        eps = [mod.eps for mod in m.modules() if isinstance(mod, nn.LayerNorm)]
-        return any(e != 1e-6 for e in eps)
+        return any(e != 1e-6 for e in m.layer_norm_eps())
 
     @g.part("forward vs an independent reference (float64, random weights)", 5)
     def _():
         r = rng(341)
-        for B, n, C, h, ratio in [(2, 7, 12, 3, 4.0), (1, 5, 8, 1, 2.0), (3, 1, 16, 4, 4.0), (2, 6, 10, 5, 3.0)]:
+        for B, n, C, h, ratio in [(2, 7, 12, 3, 4.0), (1, 5, 8, 1, 2.0), (3, 1, 16, 4, 4.0), (2, 6, 10, 5, 3.0),
+                                  (2, 3, 10, 2, 2.75)]:
             hidden = int(C * ratio)
             p = block_params(C, h, hidden, seed=int(r.integers(1 << 30)))
             m = load(make(C, h, mlp_ratio=ratio), p)
@@ -281,10 +294,7 @@ def block_module(g):
         m = load(make(2 * h, h), block_params(2 * h, h, 8 * h, seed=346))
         x = T(rng(347).standard_normal((1, n, 2 * h)))
 
-        def call():
-            with torch.no_grad():
-                m(x)
-        return call
+        return m.later(x)
 
     g.no_loops(2, make_call, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"h": 2}, {"h": 12}, 10)},
                requires=["forward vs an independent reference (float64, random weights)"])

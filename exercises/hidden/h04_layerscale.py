@@ -1,8 +1,8 @@
 """HIDDEN TESTS -- instructors only. Notebook 04: LayerScale."""
 import numpy as np
-import torch
 
-from exercises.harness import Fail, close, equal, exercise, expect_error
+from exercises.feedback import Fail, close, equal, expect_error, type_name
+from exercises.judge import exercise
 
 from .h03_vision_transformer import check_keys, forward, grads_reach_everything, load
 from .references import N, T, block, block_params, expected_keys, rng
@@ -31,14 +31,14 @@ def layerscale_init_value(g):
             try:
                 value = float(got)
             except (TypeError, ValueError):
-                raise Fail(f"layerscale_init_value({depth}) returned {type(got).__name__}, not a number") from None
+                raise Fail(f"layerscale_init_value({depth}) returned {type_name(got)}, not a number") from None
             equal(value, rule(depth), f"layerscale_init_value({depth})", mistakes=hints)
 
     @g.part("returns a float", 1)
     def _():
         got = f(12)
         if not isinstance(got, (float, np.floating)):
-            raise Fail(f"layerscale_init_value(12) returned {type(got).__name__}: return a float")
+            raise Fail(f"layerscale_init_value(12) returned {type_name(got)}: return a float")
 
     @g.part("ValueError for depth < 1", 1)
     def _():
@@ -116,10 +116,7 @@ def layerscale_block(g):
         m = load(make(C, h), {**block_params(C, h, 4 * C, seed=407), "gamma_1": np.ones(C), "gamma_2": np.ones(C)})
         x = T(rng(408).standard_normal((1, n, C)))
 
-        def call():
-            with torch.no_grad():
-                m(x)
-        return call
+        return m.later(x)
 
     g.no_loops(2, make_call, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"h": 2}, {"h": 12}, 10)},
                requires=["forward vs an independent reference (random weights and gammas)"])

@@ -5,7 +5,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from exercises.harness import Fail, close, exercise, expect_error
+from exercises.feedback import Fail, close, expect_error
+from exercises.judge import exercise
 
 from .h03_vision_transformer import check_keys, forward, grads_reach_everything, load
 from .references import NUMPY_ONLY, N, T, attention, rng
@@ -22,13 +23,22 @@ def ca_params(C, seed, bias=True):
     return p
 
 
-def class_attn_ref(x, p, h, cls_in_keys=True, scale=True, heads="hd", queries="cls", kv="first"):
-    """Class attention in float64 torch ops, with switches for the classic mistakes."""
-    t = {k: T(np.asarray(v, dtype=np.float64)) for k, v in p.items()}
+def weights(p):
+    """The library's argument order: q/k/v weight and bias, then proj weight and bias."""
+    return (p["q.weight"], p.get("q.bias"), p["k.weight"], p.get("k.bias"), p["v.weight"], p.get("v.bias"),
+            p["proj.weight"], p["proj.bias"])
+
+
+def class_attn_ref(x, p, h, class_token_in_keys=True, scale="before", heads="hd", queries="cls", kv="first",
+                   return_attention=False):
+    """Class attention in float64 torch ops, with switches for the classic mistakes: the scale
+    'none' or 'after' the softmax, the heads split (d h), every token a query, the last token
+    left out of the keys instead of the class token."""
+    t = {k: T(np.asarray(v, dtype=np.float64)) for k, v in p.items() if v is not None}
     x = T(np.asarray(x, dtype=np.float64))
     B, n_tok, C = x.shape
     d = C // h
-    kv_tokens = x if cls_in_keys else (x[:, 1:] if kv == "first" else x[:, :-1])
+    kv_tokens = x if class_token_in_keys else (x[:, 1:] if kv == "first" else x[:, :-1])
     q_tokens = x[:, :1] if queries == "cls" else x
 
     def proj(u, name):
@@ -41,33 +51,59 @@ def class_attn_ref(x, p, h, cls_in_keys=True, scale=True, heads="hd", queries="c
         return u.reshape(b, m, d, h).permute(0, 3, 1, 2)
 
     q, k, v = split(proj(q_tokens, "q")), split(proj(kv_tokens, "k")), split(proj(kv_tokens, "v"))
-    out = torch.from_numpy(attention(N(q), N(k), N(v), scale="before" if scale else "none"))
+    s = q @ k.transpose(-2, -1)
+    if scale == "before":
+        s = s / math.sqrt(d)
+    w = torch.softmax(s, dim=-1)
+    if scale == "after":
+        w = w / math.sqrt(d)
+    out = w @ v
     m = out.shape[2]
     out = out.transpose(1, 2).reshape(B, m, C) if heads == "hd" else out.permute(0, 2, 3, 1).reshape(B, m, C)
-    return N(proj(out, "proj"))
+    out = N(proj(out, "proj"))
+    return (out, N(w)) if return_attention else out
 
 
-def ca_mistakes(x, p, h, cls_in_keys=True):
-    out = [(class_attn_ref(x, p, h, cls_in_keys, scale=False), "the scores need the scale 1/√d "
+def ca_mistakes(x, p, h, class_token_in_keys=True):
+    d = x.shape[-1] // h
+    out = [(class_attn_ref(x, p, h, class_token_in_keys, scale="after"),
+            f"the weights' rows sum to 1/√d = {1 / math.sqrt(d):.3g}, not 1: the scale 1/√d goes on the "
+            "scores, before the softmax"),
+           (class_attn_ref(x, p, h, class_token_in_keys, scale="none"), "the scores need the scale 1/√d "
                                                               "(d = C / num_heads)"),
-           (class_attn_ref(x, p, h, cls_in_keys, queries="all"), "only the class token is a query: the "
+           (class_attn_ref(x, p, h, class_token_in_keys, queries="all"), "only the class token is a query: the "
                                                                  "result is (B, 1, C), the update of the "
                                                                  "class token alone")]
-    if cls_in_keys:
-        out.append((class_attn_ref(x, p, h, cls_in_keys=False),
+    if class_token_in_keys:
+        out.append((class_attn_ref(x, p, h, class_token_in_keys=False),
                     "the class token is missing from the keys: in CaiT it attends to itself and to the "
                     "patches (keys and values from all 1 + N tokens)"))
     else:
-        out += [(class_attn_ref(x, p, h, cls_in_keys=True),
-                 "with cls_in_keys=False the class token must not be among the keys and values "
-                 "(use the patches x[:, 1:] only)"),
-                (class_attn_ref(x, p, h, cls_in_keys=False, kv="last"),
-                 "the class token is the first token: leave out x[:, 0], not the last token")]
+        out += [(class_attn_ref(x, p, h, class_token_in_keys=True),
+                 "with class_token_in_keys=False the class token must not be among the keys and values "
+                 "(use the patches u[:, 1:] only)"),
+                (class_attn_ref(x, p, h, class_token_in_keys=False, kv="last"),
+                 "the class token is the first token: leave out u[:, 0], not the last token")]
     C = x.shape[-1]
     if h > 1 and C // h > 1:
-        out.append((class_attn_ref(x, p, h, cls_in_keys, heads="dh"),
+        out.append((class_attn_ref(x, p, h, class_token_in_keys, heads="dh"),
                     "heads split in the wrong order: channels are head-major, (h d), not (d h)"))
     return out
+
+
+def attn_mistakes(x, p, h, class_token_in_keys=True):
+    d = x.shape[-1] // h
+    return [(class_attn_ref(x, p, h, class_token_in_keys, scale="after", return_attention=True)[1],
+             f"the weights' rows sum to 1/√d = {1 / math.sqrt(d):.3g}, not 1: scale the scores before the "
+             "softmax"),
+            (class_attn_ref(x, p, h, class_token_in_keys, scale="none", return_attention=True)[1],
+             "the weights come from unscaled scores: divide q kᵀ by √d before the softmax")]
+
+
+def _pair(got, what):
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        raise Fail(f"{what}: with return_attention=True return the pair (out, weights)")
+    return got
 
 
 def _hand_case():
@@ -84,32 +120,42 @@ def class_attention(g):
     @g.part("worked example: a zero query averages the values", 2)
     def _():
         x, eye = _hand_case()
-        close(f(x, eye, 1), [[[1 / 3, 1 / 3]]], "identity weights, class token 0, 1 head", atol=1e-12,
-              mistakes=ca_mistakes(x, eye, 1))
+        close(f(x, *weights(eye), 1), [[[1 / 3, 1 / 3]]], "identity weights, class token 0, 1 head",
+              atol=1e-12, mistakes=ca_mistakes(x, eye, 1))
 
-    @g.part("random inputs vs an independent reference", 4)
+    @g.part("random inputs vs an independent reference", 3)
     def _():
         r = rng(501)
         for B, n, C, h in [(2, 6, 12, 3), (1, 9, 8, 2), (3, 1, 6, 1), (2, 16, 16, 4), (1, 4, 10, 5)]:
             x, p = r.standard_normal((B, 1 + n, C)), ca_params(C, int(r.integers(1 << 30)))
-            close(f(x, p, h), class_attn_ref(x, p, h), f"class attention (B={B}, N={n}, C={C}, {h} heads)",
-                  atol=1e-10, mistakes=ca_mistakes(x, p, h))
+            close(f(x, *weights(p), h), class_attn_ref(x, p, h),
+                  f"class attention (B={B}, N={n}, C={C}, {h} heads)", atol=1e-10, mistakes=ca_mistakes(x, p, h))
 
-    @g.part("no q/k/v biases (qkv_bias=False)", 1)
+    @g.part("return_attention=True: the (B, h, 1, 1 + N) weights", 1)
+    def _():
+        x, p = rng(510).standard_normal((2, 1 + 5, 8)), ca_params(8, 511)
+        out, attn = _pair(f(x, *weights(p), 2, return_attention=True), "class_attention(..., return_attention=True)")
+        ref_out, ref_attn = class_attn_ref(x, p, 2, return_attention=True)
+        close(attn, ref_attn, "the attention weights", atol=1e-10, mistakes=attn_mistakes(x, p, 2))
+        close(out, ref_out, "the output next to the weights", atol=1e-10)
+
+    @g.part("no q/k/v biases (None)", 1)
     def _():
         x, p = rng(502).standard_normal((2, 5, 8)), ca_params(8, 503, bias=False)
-        close(f(x, p, 2), class_attn_ref(x, p, 2), "class attention without q/k/v biases", atol=1e-10)
+        close(f(x, *weights(p), 2), class_attn_ref(x, p, 2), "class attention with q/k/v biases None",
+              atol=1e-10)
 
     @g.part("float32 in, float32 out", 1)
     def _():
         x = rng(504).standard_normal((2, 7, 8)).astype(np.float32)
         p = {k: v.astype(np.float32) for k, v in ca_params(8, 505).items()}
-        close(f(x, p, 2), class_attn_ref(x, p, 2), "float32 class attention", atol=1e-5, dtype=np.float32)
+        close(f(x, *weights(p), 2), class_attn_ref(x, p, 2), "float32 class attention", atol=1e-5,
+              dtype=np.float32)
 
     @g.part("large scores stay finite", 2)
     def _():
         x, p = 20 * rng(506).standard_normal((2, 9, 8)), ca_params(8, 507)
-        got = f(x, p, 2)
+        got = f(x, *weights(p), 2)
         if not np.isfinite(np.asarray(got, dtype=float)).all():
             raise Fail("NaN or inf for large scores: subtract the maximum before exp()")
         close(got, class_attn_ref(x, p, 2), "class attention with large scores", atol=1e-8, rtol=1e-10)
@@ -117,42 +163,51 @@ def class_attention(g):
     def make(n=3, h=2):
         C = 2 * h
         x, p = rng(508).standard_normal((1, 1 + n, C)), ca_params(C, 509)
-        return lambda: f(x, p, h)
+        return f.later(x, *weights(p), h)
 
     g.no_loops(2, make, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"h": 2}, {"h": 12}, 10)},
                requires=["random inputs vs an independent reference"])
 
 
-@exercise("5.2", "class_attention(cls_in_keys=False)", MOD, 8, forbid=NUMPY_ONLY)
+@exercise("5.2", "class_attention(class_token_in_keys=False)", MOD, 8, forbid=NUMPY_ONLY)
 def class_attention_without_cls_key(g):
     f = g.fn("class_attention")
 
     @g.part("worked example: the class token sees the patches only", 2)
     def _():
         x, eye = _hand_case()
-        close(f(x, eye, 1, cls_in_keys=False), [[[0.5, 0.5]]], "identity weights, cls_in_keys=False",
-              atol=1e-12, mistakes=ca_mistakes(x, eye, 1, cls_in_keys=False))
+        close(f(x, *weights(eye), 1, class_token_in_keys=False), [[[0.5, 0.5]]],
+              "identity weights, class_token_in_keys=False", atol=1e-12,
+              mistakes=ca_mistakes(x, eye, 1, class_token_in_keys=False))
 
-    @g.part("random inputs vs an independent reference", 3)
+    @g.part("random inputs vs an independent reference", 2)
     def _():
         r = rng(521)
         for B, n, C, h in [(2, 6, 12, 3), (1, 9, 8, 2), (3, 2, 6, 1), (2, 16, 16, 4)]:
             x, p = r.standard_normal((B, 1 + n, C)), ca_params(C, int(r.integers(1 << 30)))
-            close(f(x, p, h, cls_in_keys=False), class_attn_ref(x, p, h, cls_in_keys=False),
-                  f"cls_in_keys=False (B={B}, N={n}, C={C}, {h} heads)", atol=1e-10,
-                  mistakes=ca_mistakes(x, p, h, cls_in_keys=False))
+            close(f(x, *weights(p), h, class_token_in_keys=False), class_attn_ref(x, p, h, class_token_in_keys=False),
+                  f"class_token_in_keys=False (B={B}, N={n}, C={C}, {h} heads)", atol=1e-10,
+                  mistakes=ca_mistakes(x, p, h, class_token_in_keys=False))
+
+    @g.part("return_attention=True: the (B, h, 1, N) weights", 1)
+    def _():
+        x, p = rng(526).standard_normal((2, 1 + 5, 8)), ca_params(8, 527)
+        _, attn = _pair(f(x, *weights(p), 2, class_token_in_keys=False, return_attention=True),
+                        "class_attention(..., class_token_in_keys=False, return_attention=True)")
+        close(attn, class_attn_ref(x, p, 2, class_token_in_keys=False, return_attention=True)[1],
+              "the weights over the N patches", atol=1e-10, mistakes=attn_mistakes(x, p, 2, class_token_in_keys=False))
 
     @g.part("one patch: its value, projected", 1)
     def _():
         x, p = rng(522).standard_normal((2, 2, 6)), ca_params(6, 523)
         v = x[:, 1:] @ p["v.weight"].T + p["v.bias"]
-        close(f(x, p, 3, cls_in_keys=False), v @ p["proj.weight"].T + p["proj.bias"],
+        close(f(x, *weights(p), 3, class_token_in_keys=False), v @ p["proj.weight"].T + p["proj.bias"],
               "a single key gets weight 1, so the output is proj(v(patch))", atol=1e-10)
 
     def make(n=3, h=2):
         C = 2 * h
         x, p = rng(524).standard_normal((1, 1 + n, C)), ca_params(C, 525)
-        return lambda: f(x, p, h, cls_in_keys=False)
+        return f.later(x, *weights(p), h, class_token_in_keys=False)
 
     g.no_loops(2, make, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"h": 2}, {"h": 12}, 10)},
                requires=["random inputs vs an independent reference"])
@@ -258,10 +313,7 @@ def talking_head_attention(g):
         m = load(make(C, h), th_params(C, h, 538))
         x = T(rng(539).standard_normal((1, n, C)))
 
-        def call():
-            with torch.no_grad():
-                m(x)
-        return call
+        return m.later(x)
 
     g.no_loops(2, make_call, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"h": 2}, {"h": 12}, 10)},
                requires=["forward vs an independent reference (float64, random weights)"])

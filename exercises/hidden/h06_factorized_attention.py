@@ -3,15 +3,25 @@ import math
 
 import numpy as np
 
-from exercises.harness import Fail, close, equal, exercise, expect_error, peak_memory_mb
+from exercises.feedback import Fail, close, equal, expect_error
+from exercises.judge import exercise
 
 from .references import NUMPY_ONLY, attention, rng, softmax
 
 MOD = "ex06_factorized_attention"
 
 
-def factorized_ref(q, k, v, axis=-2, scale="out"):
+def factorized_ref(q, k, v, axis=-2, scale="out", norm=None):
+    """d^-½ q (softmax(k)ᵀ v) in float64; the mistakes: the softmax over ``axis`` -1 (the
+    channels), the scale 'none' or 'inside' the softmax, ``norm='broadcast'``: exp(k - max over
+    the tokens) divided by each token's sum over the channels, without keepdims (it broadcasts
+    only when N = d)."""
     d = q.shape[-1]
+    if norm == "broadcast":
+        e = np.exp(k - k.max(axis=-2, keepdims=True))
+        sk = e / e.sum(axis=-1)[..., None, :]
+        out = q @ (np.swapaxes(sk, -1, -2) @ v)
+        return out / math.sqrt(d)
     sk = softmax(k / math.sqrt(d) if scale == "inside" else k, axis=axis)
     out = q @ (np.swapaxes(sk, -1, -2) @ v)
     return out / math.sqrt(d) if scale == "out" else out
@@ -24,7 +34,10 @@ def fa_mistakes(q, k, v):
             (factorized_ref(q, k, v, scale="inside"), "the scale d^-½ multiplies the result, not k "
                                                      "inside the softmax"),
             (attention(q, k, v), "this is softmax attention, softmax(q kᵀ/√d) v: the factorized form is "
-                                 "d^-½ q (softmax(k)ᵀ v)")]
+                                 "d^-½ q (softmax(k)ᵀ v)"),
+            (factorized_ref(q, k, v, norm="broadcast") if k.shape[-1] == k.shape[-2] else np.zeros(0),
+             "softmax(k) must normalise each channel over the tokens: divide by the sum over axis -2 "
+             "(keepdims=True); a sum over the channels without keepdims only broadcasts when N = d")]
 
 
 @exercise("6.1", "factorized_attention", MOD, 12, forbid=NUMPY_ONLY)
@@ -41,7 +54,7 @@ def factorized_attention(g):
     @g.part("random shapes vs an independent reference", 3)
     def _():
         r = rng(601)
-        for lead, n, d in [((), 7, 4), ((2,), 5, 8), ((2, 3), 9, 16), ((1, 1), 1, 2), ((3,), 12, 1)]:
+        for lead, n, d in [((2,), 6, 6), ((), 7, 4), ((2,), 5, 8), ((2, 3), 9, 16), ((1, 1), 1, 2), ((3,), 12, 1)]:
             q, k, v = (r.standard_normal(lead + (n, d)) for _ in range(3))
             close(f(q, k, v), factorized_ref(q, k, v), f"factorized attention on {q.shape}", atol=1e-10,
                   mistakes=fa_mistakes(q, k, v))
@@ -63,14 +76,14 @@ def factorized_attention(g):
     @g.part("no (N, N) array: peak memory at N = 4096", 3, requires=["random shapes vs an independent reference"])
     def _():
         q, k, v = (rng(604).standard_normal((1, 4096, 8)) for _ in range(3))
-        peak = peak_memory_mb(lambda: f(q, k, v))
+        peak = g.peak_memory_mb(f.later(q, k, v))
         if peak > 16:
             raise Fail(f"peak memory {peak:.0f} MiB at N = 4096 (one (N, N) float64 array is 128 MiB): "
                        "compute softmax(k)ᵀ v first, a (d, d) matrix, then multiply q by it")
 
     def make(n=3, h=2):
         q = rng(605).standard_normal((h, n, 4))
-        return lambda: f(q, q, q)
+        return f.later(q, q, q)
 
     g.no_loops(2, make, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"h": 2}, {"h": 12}, 10)},
                requires=["random shapes vs an independent reference"])

@@ -2,7 +2,8 @@
 import numpy as np
 import torch
 
-from exercises.harness import Fail, close, exercise, expect_error
+from exercises.feedback import Fail, close, expect_error
+from exercises.judge import exercise
 
 from .references import NUMPY_ONLY, N, T, depthwise, rng
 
@@ -47,17 +48,20 @@ def clipped_relative_indices(g):
         expect_error(ValueError, lambda: f(5, 0), "window 0", mention="0")
 
     def make(n=3):
-        return lambda: f(n, 3)
+        return f.later(n, 3)
 
     g.no_loops(2, make, {"tokens": ({"n": 3}, {"n": 19}, 16)},
                requires=["random sizes and windows (M = 1, M > 2N)"])
 
 
-def dw_mistakes(x, w, b):
-    out = [(depthwise(x, w, b, flip=True), "the kernel is flipped: PyTorch's conv2d is a cross-correlation, "
-                                           "out[i, j] = Σ w[u, v]·x[i + u − k//2, j + v − k//2]")]
+def dw_mistakes(x, w, b, dilation=1):
+    out = [(depthwise(x, w, b, flip=True, dilation=dilation),
+            "the kernel is flipped: PyTorch's conv2d is a cross-correlation, "
+            "out[i, j] = Σ w[u, v]·x[i + d(u − k//2), j + d(v − k//2)]")]
     if b is not None:
-        out.append((depthwise(x, w, None), "the bias is missing: add bias[c] to channel c"))
+        out.append((depthwise(x, w, None, dilation=dilation), "the bias is missing: add bias[c] to channel c"))
+    if dilation > 1:
+        out.append((depthwise(x, w, b), "the dilation is ignored: the taps sit d pixels apart"))
     return out
 
 
@@ -74,7 +78,7 @@ def depthwise_conv2d(g):
         expected[..., 1:, 1:] = x[..., :-1, :-1]
         close(f(x, w), expected, "the shifted image", atol=1e-12, mistakes=dw_mistakes(x, w, None))
 
-    @g.part("random inputs vs F.conv2d(groups=C), with and without bias", 4)
+    @g.part("random inputs vs F.conv2d(groups=C), with and without bias", 3)
     def _():
         r = rng(701)
         for B, C, H, W, kh, kw, bias in [(2, 3, 5, 4, 3, 3, True), (1, 4, 6, 6, 5, 5, True),
@@ -85,7 +89,21 @@ def depthwise_conv2d(g):
             close(f(x, w, b), depthwise(x, w, b), f"depthwise conv of {x.shape}, kernel {kh}x{kw}, "
                   f"bias {'yes' if bias else 'None'}", atol=1e-10, mistakes=dw_mistakes(x, w, b))
 
-    @g.part("kernels larger than the image", 2)
+    @g.part("dilation 2 and 3 vs F.conv2d(dilation=d, groups=C)", 3)
+    def _():
+        r = rng(705)
+        x = np.zeros((1, 1, 5, 5))
+        x[0, 0, 2, 2] = 1.0                                    # one pixel: the output is the dilated kernel
+        w = np.arange(1.0, 10.0).reshape(1, 1, 3, 3)
+        close(f(x, w, dilation=2), depthwise(x, w, dilation=2), "a single pixel, 3x3 kernel, dilation 2",
+              atol=1e-12, mistakes=dw_mistakes(x, w, None, dilation=2))
+        for B, C, H, W, kh, kw, d in [(2, 3, 7, 6, 3, 3, 2), (1, 2, 9, 8, 3, 5, 3), (2, 2, 4, 5, 5, 3, 2)]:
+            x, w, b = r.standard_normal((B, C, H, W)), r.standard_normal((C, 1, kh, kw)), r.standard_normal(C)
+            close(f(x, w, b, dilation=d), depthwise(x, w, b, dilation=d),
+                  f"{kh}x{kw} kernel, dilation {d}, on a {H}x{W} image", atol=1e-10,
+                  mistakes=dw_mistakes(x, w, b, dilation=d))
+
+    @g.part("kernels larger than the image", 1)
     def _():
         r = rng(702)
         for H, W, k in [(3, 2, 7), (1, 1, 3), (2, 5, 5)]:
@@ -99,18 +117,19 @@ def depthwise_conv2d(g):
         x, w, b = (r.standard_normal(s).astype(np.float32) for s in [(2, 3, 6, 5), (3, 1, 3, 3), (3,)])
         close(f(x, w, b), depthwise(x, w, b), "float32 depthwise conv", atol=1e-5, dtype=np.float32)
 
-    @g.part("ValueError for even kernels and mismatched weights", 1)
+    @g.part("ValueError for even kernels, mismatched weights and dilation 0", 1)
     def _():
         x = np.zeros((1, 3, 5, 5))
         expect_error(ValueError, lambda: f(x, np.zeros((3, 1, 2, 2))), "a 2x2 kernel")
         expect_error(ValueError, lambda: f(x, np.zeros((4, 1, 3, 3))), "a weight for 4 channels on 3")
+        expect_error(ValueError, lambda: f(x, np.zeros((3, 1, 3, 3)), dilation=0), "dilation 0")
 
     def make(H=3, W=4, C=2):
         r = rng(704)
         x, w, b = r.standard_normal((1, C, H, W)), r.standard_normal((C, 1, 3, 3)), r.standard_normal(C)
-        return lambda: f(x, w, b)
+        return f.later(x, w, b, dilation=2)
 
-    g.no_loops(2, make, {"pixel rows": ({"H": 3}, {"H": 11}, 8), "pixel columns": ({"W": 4}, {"W": 12}, 8),
+    g.no_loops(1, make, {"pixel rows": ({"H": 3}, {"H": 11}, 8), "pixel columns": ({"W": 4}, {"W": 12}, 8),
                          "channels": ({"C": 2}, {"C": 10}, 8)},
                requires=["random inputs vs F.conv2d(groups=C), with and without bias"])
 
@@ -240,7 +259,7 @@ def conv_rel_pos_enc(g):
         window = {3: h}
         q = r.standard_normal((1, h, 1 + H * W, 2))
         p = crpe_params(window, 2, 719)
-        return lambda: f(q, q, (H, W), p, window)
+        return f.later(q, q, (H, W), p, window)
 
     g.no_loops(2, make, {"pixel rows": ({"H": 3}, {"H": 11}, 8), "pixel columns": ({"W": 4}, {"W": 12}, 8),
                          "heads": ({"h": 2}, {"h": 10}, 8)},

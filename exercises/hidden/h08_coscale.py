@@ -3,7 +3,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from exercises.harness import Fail, close, exercise, expect_error
+from exercises.feedback import Fail, close, expect_error, type_name
+from exercises.judge import exercise
 
 from .references import NUMPY_ONLY, N, T, bilinear, rng
 
@@ -31,7 +32,11 @@ def unclamped(x, size, wrap=True):
     return rows[..., j0] * (1 - b) + rows[..., j1] * b
 
 
-def bl_mistakes(x, size):
+def bl_mistakes(x, size, align_corners=False):
+    if align_corners:
+        return [(bilinear(x, size), "this is align_corners=False: with align_corners=True the corner pixels' "
+                                    "centres line up, src = i·(n_in − 1)/(n_out − 1)"),
+                (nearest(x, size), "nearest-neighbour: mix the two nearest input pixels with weights (1 − λ, λ)")]
     out = [(bilinear(x, size, align_corners=True), "this is align_corners=True (src = i·(n_in − 1)/(n_out − 1)): "
                                                    "with align_corners=False pixel centres sit at i + 0.5, "
                                                    "src = (i + 0.5)·n_in/n_out − 0.5"),
@@ -42,7 +47,7 @@ def bl_mistakes(x, size):
                                             "of an upsampling read before pixel 0's centre")]
     H, W = x.shape[-2:]
     if (H, W) != (W, H) or tuple(size) != tuple(size)[::-1]:
-        swapped = bilinear(np.swapaxes(x, -1, -2), size[::-1]).swapaxes(-1, -2) if True else None
+        swapped = bilinear(np.swapaxes(x, -1, -2), size[::-1]).swapaxes(-1, -2)
         out.append((swapped, "rows and columns are mixed up: the height scale is H/H_out, the width scale W/W_out"))
     return out
 
@@ -57,7 +62,7 @@ def bilinear_resize(g):
         close(f(x, (4, 4)), bilinear(x, (4, 4)), "bilinear_resize([[1, 2], [3, 4]], (4, 4))", atol=1e-12,
               mistakes=bl_mistakes(x, (4, 4)))
 
-    @g.part("upsampling (x2, x4, odd grids, any ratio) vs F.interpolate", 3)
+    @g.part("upsampling (x2, x4, odd grids, any ratio) vs F.interpolate", 2)
     def _():
         r = rng(801)
         for (H, W), size in [((7, 7), (14, 14)), ((7, 7), (28, 28)), ((5, 3), (10, 6)), ((3, 4), (7, 9)),
@@ -66,7 +71,7 @@ def bilinear_resize(g):
             close(f(x, size), bilinear(x, size), f"resize {H}x{W} -> {size[0]}x{size[1]}", atol=1e-10,
                   mistakes=bl_mistakes(x, size))
 
-    @g.part("downsampling (x1/2, x1/4, odd grids, to 1x1) vs F.interpolate", 3)
+    @g.part("downsampling (x1/2, x1/4, odd grids, to 1x1) vs F.interpolate", 2)
     def _():
         r = rng(802)
         for (H, W), size in [((28, 28), (14, 14)), ((28, 28), (7, 7)), ((7, 7), (3, 3)), ((9, 6), (4, 5)),
@@ -75,10 +80,26 @@ def bilinear_resize(g):
             close(f(x, size), bilinear(x, size), f"resize {H}x{W} -> {size[0]}x{size[1]}", atol=1e-10,
                   mistakes=bl_mistakes(x, size))
 
+    @g.part("align_corners=True, up and down (and to 1x1) vs F.interpolate", 3)
+    def _():
+        r = rng(806)
+        x = np.array([[[[1.0, 2.0], [3.0, 4.0]]]])
+        close(f(x, (3, 3), align_corners=True), bilinear(x, (3, 3), align_corners=True),
+              "bilinear_resize([[1, 2], [3, 4]], (3, 3), align_corners=True)", atol=1e-12,
+              mistakes=bl_mistakes(x, (3, 3), align_corners=True))
+        for (H, W), size in [((7, 7), (14, 14)), ((5, 3), (11, 4)), ((28, 28), (7, 7)), ((9, 6), (4, 5)),
+                             ((5, 8), (1, 1)), ((1, 1), (3, 2)), ((4, 6), (1, 5))]:
+            x = r.standard_normal((2, 2, H, W))
+            close(f(x, size, align_corners=True), bilinear(x, size, align_corners=True),
+                  f"resize {H}x{W} -> {size[0]}x{size[1]}, align_corners=True", atol=1e-10,
+                  mistakes=bl_mistakes(x, size, align_corners=True))
+
     @g.part("float32 in, float32 out", 1)
     def _():
         x = rng(803).standard_normal((2, 3, 6, 5)).astype(np.float32)
         close(f(x, (9, 4)), bilinear(x, (9, 4)), "float32 resize", atol=1e-5, dtype=np.float32)
+        close(f(x, (4, 9), align_corners=True), bilinear(x, (4, 9), align_corners=True),
+              "float32 resize, align_corners=True", atol=1e-5, dtype=np.float32)
 
     @g.part("rows and columns scale independently", 1)
     def _():
@@ -87,9 +108,9 @@ def bilinear_resize(g):
 
     def make(H=4, W=4, C=2):
         x = rng(805).standard_normal((1, C, H, W))
-        return lambda: f(x, (2 * H + 1, 2 * W - 1))
+        return f.later(x, (2 * H + 1, 2 * W - 1))
 
-    g.no_loops(2, make, {"pixel rows": ({"H": 4}, {"H": 12}, 8), "pixel columns": ({"W": 4}, {"W": 12}, 8),
+    g.no_loops(1, make, {"pixel rows": ({"H": 4}, {"H": 12}, 8), "pixel columns": ({"W": 4}, {"W": 12}, 8),
                          "channels": ({"C": 2}, {"C": 10}, 8)},
                requires=["upsampling (x2, x4, odd grids, any ratio) vs F.interpolate"])
 
@@ -136,7 +157,7 @@ def interpolate_tokens(g):
     def run(x, size, new_size):
         out = f(T(x), size, new_size)
         if not isinstance(out, torch.Tensor):
-            raise Fail(f"interpolate_tokens must return a tensor, got {type(out).__name__}")
+            raise Fail(f"interpolate_tokens must return a tensor, got {type_name(out)}")
         return N(out)
 
     @g.part("worked example: a 2x2 grid to 4x4, class token first", 2)
@@ -165,9 +186,11 @@ def interpolate_tokens(g):
     @g.part("gradients flow back to every token", 1)
     def _():
         x = T(rng(814).standard_normal((2, 1 + 9, 3))).requires_grad_()
-        out = f(x, (3, 3), (5, 5))
-        out.sum().backward()
-        if x.grad is None or float(x.grad[:, 0].abs().min()) == 0 or float(x.grad[:, 1:].abs().min()) == 0:
+        out, (grad,) = f.with_grad(x, (3, 3), (5, 5), wrt=(0,))
+        if not isinstance(out, torch.Tensor):
+            raise Fail(f"interpolate_tokens must return a tensor, got {type_name(out)}")
+        if not isinstance(grad, torch.Tensor) or tuple(grad.shape) != tuple(x.shape) or \
+                float(grad[:, 0].abs().min()) == 0 or float(grad[:, 1:].abs().min()) == 0:
             raise Fail("some input tokens get no gradient: keep every step a torch operation on x")
 
     @g.part("ValueError when the tokens do not make 1 + H·W", 1)
@@ -176,7 +199,7 @@ def interpolate_tokens(g):
 
     def make(H=4, W=4, C=2):
         x = torch.zeros(1, 1 + H * W, C)
-        return lambda: f(x, (H, W), (2 * H, 2 * W))
+        return f.later(x, (H, W), (2 * H, 2 * W))
 
     g.no_loops(2, make, {"pixel rows": ({"H": 4}, {"H": 12}, 8), "pixel columns": ({"W": 4}, {"W": 12}, 8),
                          "channels": ({"C": 2}, {"C": 10}, 8)},

@@ -149,13 +149,16 @@ def expected_keys(C, hidden, qkv_bias=True, extra=None) -> dict:
 
 # ---- convolutions and resizing ----------------------------------------------------------------
 
-def depthwise(x, w, b=None, flip=False, padding="same"):
+def depthwise(x, w, b=None, flip=False, padding="same", dilation=1):
+    """F.conv2d(groups=C) with 'same' zero padding; ``flip``: the kernel flipped (a true
+    convolution), ``padding`` 'plain': k // 2 whatever the dilation."""
     xt, wt = T(np.asarray(x, dtype=np.float64)), T(np.asarray(w, dtype=np.float64))
     if flip:
         wt = wt.flip(-1, -2)
-    pad = (wt.shape[-2] // 2, wt.shape[-1] // 2) if padding == "same" else 0
+    step = dilation if padding == "same" else 1
+    pad = (step * (wt.shape[-2] // 2), step * (wt.shape[-1] // 2))
     bt = None if b is None else T(np.asarray(b, dtype=np.float64))
-    return N(F.conv2d(xt, wt, bt, padding=pad, groups=xt.shape[1]))
+    return N(F.conv2d(xt, wt, bt, padding=pad, dilation=dilation, groups=xt.shape[1]))
 
 
 def bilinear(x, size, align_corners=False):

@@ -18,49 +18,52 @@ import torch
 from torch import nn
 
 
-def class_attention(x: np.ndarray, params: dict, num_heads: int,
-                    cls_in_keys: bool = True) -> np.ndarray:
+def class_attention(u: np.ndarray, q_weight: np.ndarray, q_bias, k_weight: np.ndarray, k_bias,
+                    v_weight: np.ndarray, v_bias, proj_weight: np.ndarray, proj_bias,
+                    num_heads: int, class_token_in_keys: bool = True, return_attention: bool = False):
     """Exercise 5.1 (try first) -- class attention: only the class token asks, everyone answers.
 
-    Notebook 05 derives it in NumPy; try it first. In CaiT's last blocks the class token is
-    the only query; keys and values come from the class token and the patches:
+    Notebook 05 derives it in NumPy; try it first. This is the signature of the library's
+    ``vit_scratch.numpy_nn.class_attention.class_attention`` (which you may not call here).
+    In CaiT's last blocks the class token is the only query; keys and values come from the
+    class token and the patches:
 
-        q = (x[:, 0] Wqᵀ + bq)            one query per image       (B, 1, C) -> (B, h, 1, d)
-        k = x Wkᵀ + bk,   v = x Wvᵀ + bv  all 1 + N tokens            (B, h, 1 + N, d)
-        out = proj(merge_heads(softmax(q kᵀ / √d) v))                 (B, 1, C)
+        q = u[:, :1] Wqᵀ + bq             one query per image       (B, 1, C) -> (B, h, 1, d)
+        k = u Wkᵀ + bk,   v = u Wvᵀ + bv  all 1 + N tokens            (B, h, 1 + N, d)
+        A = softmax(q kᵀ / √d)            one row of weights per head (B, h, 1, 1 + N)
+        out = merge_heads(A v) Wpᵀ + bp                               (B, 1, C)
 
-    x:         (B, 1 + N, C), the class token first, then the N patch tokens (already normed)
-    params:    ``q.weight``, ``k.weight``, ``v.weight``, ``proj.weight`` (C, C) and their
-               ``.bias`` (C,) -- the names of timm's CaiT class attention. The q/k/v biases
-               may be missing (qkv_bias=False): then there is no bias. PyTorch's layout,
-               y = x Wᵀ + b; heads are head-major channel groups as in notebook 02.
-    num_heads: h
-    returns:   (B, 1, C), the update of the class token only (the patches are not updated)
+    u:                 (B, 1 + N, C), the class token first, then the N patch tokens (normed)
+    q/k/v/proj_weight: (C, C) in PyTorch's (out, in) layout, y = x Wᵀ + b
+    q/k/v_bias:        (C,), or None (qkv_bias=False: no bias); proj_bias: (C,)
+    num_heads:         h; heads are head-major channel groups, as in notebook 02
+    returns:           out (B, 1, C), the update of the class token only; with
+                       ``return_attention=True`` the pair (out, A)
 
-    Exercise 5.2 -- ``cls_in_keys=False``: the paper's ablation, where the class token attends
-    to the patches only. Keys and values then come from the N patch tokens alone (the query
-    still comes from the class token).
+    Exercise 5.2 -- ``class_token_in_keys=False``: the paper's ablation, where the class token
+    attends to the patches only. Keys and values then come from the N patch tokens alone (the
+    query still comes from the class token), and A is (B, h, 1, N).
     """
     ### BEGIN SOLUTION
-    B, T, C = x.shape
+    B, T, C = u.shape
     h = num_heads
     d = C // h
 
-    def linear(t, name):
-        y = t @ params[name + ".weight"].T
-        bias = params.get(name + ".bias")
+    def linear(t, weight, bias):
+        y = t @ weight.T
         return y if bias is None else y + bias
 
-    kv_tokens = x if cls_in_keys else x[:, 1:]                                 # (B, M, C)
-    M = kv_tokens.shape[1]
-    q = linear(x[:, :1], "q").reshape(B, 1, h, d).transpose(0, 2, 1, 3)        # (B, h, 1, d)
-    k = linear(kv_tokens, "k").reshape(B, M, h, d).transpose(0, 2, 1, 3)       # (B, h, M, d)
-    v = linear(kv_tokens, "v").reshape(B, M, h, d).transpose(0, 2, 1, 3)       # (B, h, M, d)
-    scores = (q / math.sqrt(d)) @ np.swapaxes(k, -1, -2)                       # (B, h, 1, M)
+    z = u if class_token_in_keys else u[:, 1:]                                  # (B, M, C)
+    M = z.shape[1]
+    q = linear(u[:, :1], q_weight, q_bias).reshape(B, 1, h, d).transpose(0, 2, 1, 3)   # (B, h, 1, d)
+    k = linear(z, k_weight, k_bias).reshape(B, M, h, d).transpose(0, 2, 1, 3)          # (B, h, M, d)
+    v = linear(z, v_weight, v_bias).reshape(B, M, h, d).transpose(0, 2, 1, 3)          # (B, h, M, d)
+    scores = (q / math.sqrt(d)) @ np.swapaxes(k, -1, -2)                        # (B, h, 1, M)
     scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
     weights = scores / scores.sum(axis=-1, keepdims=True)
-    out = (weights @ v).transpose(0, 2, 1, 3).reshape(B, 1, C)                 # (B, 1, C)
-    return linear(out, "proj")
+    out = (weights @ v).transpose(0, 2, 1, 3).reshape(B, 1, C)                  # (B, 1, C)
+    out = linear(out, proj_weight, proj_bias)
+    return (out, weights) if return_attention else out
     ### END SOLUTION
 
 

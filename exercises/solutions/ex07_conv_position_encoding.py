@@ -40,24 +40,32 @@ def clipped_relative_indices(num_tokens: int, window: int) -> np.ndarray:
     ### END SOLUTION
 
 
-def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray = None) -> np.ndarray:
-    """Exercise 7.2 -- a depthwise 2-D convolution in NumPy, vectorized.
+def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray = None,
+                     dilation: int = 1) -> np.ndarray:
+    """Exercise 7.2 -- a dilated depthwise 2-D convolution in NumPy, vectorized.
 
-    Every channel is convolved with its own k_h × k_w filter, with zero padding k // 2 on each
-    side and stride 1, so the output has the input's size. This is exactly
-    ``F.conv2d(x, weight, bias, padding=(k_h // 2, k_w // 2), groups=C)``: PyTorch's
-    "convolution" is a cross-correlation (the kernel is not flipped).
+    Notebook 07 (section 4) writes the plain case, dilation 1. Here the kernel's taps may sit
+    ``dilation`` pixels apart: a 3 × 3 kernel with dilation 2 reads a 5 × 5 neighbourhood with
+    9 weights (an "atrous" convolution: a wider window for the same parameters). Every channel
+    is convolved with its own k_h × k_w filter, stride 1, zero padding dilation · (k // 2) on
+    each side, so the output has the input's size. This is exactly
+    ``F.conv2d(x, weight, bias, padding=(d·(k_h // 2), d·(k_w // 2)), dilation=d, groups=C)``:
+    PyTorch's "convolution" is a cross-correlation (the kernel is not flipped).
 
-    x:       (B, C, H, W)
-    weight:  (C, 1, k_h, k_w), PyTorch's depthwise layout; k_h and k_w odd (the kernel may be
-             larger than the image)
-    bias:    (C,) or None
-    returns: (B, C, H, W), in x's dtype
-    Raises ValueError for even kernel sizes, or a weight whose shape is not (C, 1, k_h, k_w).
+        out[b, c, i, j] = bias[c] + Σ_u Σ_v w[c, 0, u, v] · x[b, c, i + d(u − k_h//2), j + d(v − k_w//2)]
+
+    x:        (B, C, H, W)
+    weight:   (C, 1, k_h, k_w), PyTorch's depthwise layout; k_h and k_w odd (the kernel may be
+              larger than the image)
+    bias:     (C,) or None
+    dilation: d >= 1, an int
+    returns:  (B, C, H, W), in x's dtype
+    Raises ValueError for even kernel sizes, a weight whose shape is not (C, 1, k_h, k_w), or a
+    dilation below 1.
 
     Hints: pad once with ``np.pad``; then either add up k_h·k_w shifted slices of the padded
-    input, or take all windows at once with ``np.lib.stride_tricks.sliding_window_view`` and
-    contract them with ``np.einsum``.
+    input, or take all windows of the dilated size at once with
+    ``np.lib.stride_tricks.sliding_window_view`` and keep every d-th tap before ``np.einsum``.
     """
     ### BEGIN SOLUTION
     B, C, H, W = x.shape
@@ -66,9 +74,14 @@ def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray = None)
     kh, kw = weight.shape[2:]
     if kh % 2 == 0 or kw % 2 == 0:
         raise ValueError(f"kernel size {(kh, kw)} must be odd")
-    xp = np.pad(x, ((0, 0), (0, 0), (kh // 2, kh // 2), (kw // 2, kw // 2)))
-    windows = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))  # (B, C, H, W, kh, kw)
-    out = np.einsum("bchwij,cij->bchw", windows, weight[:, 0])
+    if int(dilation) != dilation or dilation < 1:
+        raise ValueError(f"dilation must be an int >= 1, got {dilation}")
+    d = int(dilation)
+    ph, pw = d * (kh // 2), d * (kw // 2)
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    span = (d * (kh - 1) + 1, d * (kw - 1) + 1)                                  # the dilated window
+    windows = np.lib.stride_tricks.sliding_window_view(xp, span, axis=(2, 3))   # (B, C, H, W, .., ..)
+    out = np.einsum("bchwij,cij->bchw", windows[..., ::d, ::d], weight[:, 0])
     if bias is not None:
         out = out + bias[:, None, None]
     return out.astype(x.dtype, copy=False)

@@ -15,34 +15,40 @@ import torch
 import torch.nn.functional as F
 
 
-def bilinear_resize(x: np.ndarray, size) -> np.ndarray:
-    """Exercise 8.1 -- bilinear resizing in NumPy, equal to PyTorch's ``F.interpolate``.
+def bilinear_resize(x: np.ndarray, size, align_corners: bool = False) -> np.ndarray:
+    """Exercise 8.1 -- bilinear resizing in NumPy, equal to PyTorch's ``F.interpolate`` in both
+    of its conventions.
 
     CoaT's parallel blocks move features between scales with
-    ``F.interpolate(mode="bilinear", align_corners=False)``. Write it in NumPy, up and down:
+    ``F.interpolate(mode="bilinear", align_corners=False)``; notebook 08 (section 2) writes that
+    case. Many other models resize with ``align_corners=True``. Write both, up and down:
 
-    x:       (B, C, H, W)
-    size:    (H_out, W_out), larger or smaller than (H, W), any integers >= 1
-    returns: (B, C, H_out, W_out) in x's dtype, equal to
-             ``F.interpolate(torch.from_numpy(x), size=size, mode="bilinear", align_corners=False)``
-             (no antialiasing)
+    x:             (B, C, H, W)
+    size:          (H_out, W_out), larger or smaller than (H, W), any integers >= 1
+    align_corners: PyTorch's switch (see below)
+    returns:       (B, C, H_out, W_out) in x's dtype, equal to ``F.interpolate(torch.from_numpy(x),
+                   size=size, mode="bilinear", align_corners=align_corners)`` (no antialiasing)
 
-    With align_corners=False the pixels are squares of side 1 whose centres sit at i + 0.5.
-    Output pixel i (along an axis of length n_in -> n_out) reads the input at
+    Along an axis of length n_in -> n_out, output pixel i reads the input at a position src:
 
-        src = (i + 0.5) · n_in / n_out − 0.5,   clamped below at 0,
+    * ``align_corners=False``: the pixels are squares of side 1 whose centres sit at i + 0.5,
+      src = (i + 0.5) · n_in / n_out − 0.5, clamped below at 0;
+    * ``align_corners=True``: the first and last pixels' centres line up,
+      src = i · (n_in − 1) / (n_out − 1)   (src = 0 when n_out = 1).
 
-    and mixes the two nearest input pixels i0 = floor(src) and i1 = min(i0 + 1, n_in − 1) with
-    weights (1 − λ, λ), λ = src − i0. Do rows, then columns (bilinear is separable).
+    Then it mixes the two nearest input pixels i0 = floor(src) and i1 = min(i0 + 1, n_in − 1)
+    with weights (1 − λ, λ), λ = src − i0. Do rows, then columns (bilinear is separable).
     Hints: compute i0, i1, λ for all output rows at once; fancy indexing ``x[:, :, i0]``
     gathers whole rows. Not allowed: torch, scipy, loops over pixels or channels.
     """
     ### BEGIN SOLUTION
     def axis_weights(n_in, n_out):
-        src = (np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5
-        src = np.maximum(src, 0.0)
-        i0 = np.floor(src).astype(int)
-        i0 = np.minimum(i0, n_in - 1)
+        i = np.arange(n_out)
+        if align_corners:
+            src = i * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros(n_out)
+        else:
+            src = np.maximum((i + 0.5) * (n_in / n_out) - 0.5, 0.0)
+        i0 = np.minimum(np.floor(src).astype(int), n_in - 1)
         i1 = np.minimum(i0 + 1, n_in - 1)
         lam = (src - i0).astype(x.dtype)
         return i0, i1, lam

@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from exercises.harness import Fail, close, describe_error, expect_error
+from exercises.feedback import Fail, close, describe_error, expect_error
 
 TOPICS = {
     "01": ("ex01_patch_embedding", "patch embedding"),
@@ -25,6 +25,12 @@ TOPICS = {
     "07": ("ex07_conv_position_encoding", "convolutional position encodings"),
     "08": ("ex08_coscale", "co-scale"),
 }
+
+
+def sort_key(exercise_id: str):
+    """'2.10' after '2.9': exercise IDs in numeric order."""
+    major, minor = exercise_id.split(".")
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0), minor
 
 
 @dataclass
@@ -283,26 +289,38 @@ def _(m):
 
 def _identity_case():
     x = np.array([[[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]]])       # class token 0, patches (1, 0) and (0, 1)
-    eye = {f"{n}.{p}": (np.eye(2) if p == "weight" else np.zeros(2))
-           for n in ("q", "k", "v", "proj") for p in ("weight", "bias")}
-    return x, eye
+    eye, zero = np.eye(2), np.zeros(2)
+    return x, (eye, zero, eye, zero, eye, zero, eye, zero)      # q, k, v, proj: weight and bias
 
 
-@check("5.1", "class_attention", "q from x[:, :1] only; k and v from all tokens; output (B, 1, C)")
+def _scaled_after(expected, d):
+    return [(np.asarray(expected) / math.sqrt(d), f"your weights' rows sum to 1/√d = {1 / math.sqrt(d):.3g}: "
+             "the scale 1/√d goes on the scores, before the softmax")]
+
+
+@check("5.1", "class_attention", "q from u[:, :1] only; k and v from all tokens; scores scaled by 1/√d before "
+       "the softmax; output (B, 1, C)")
 def _(m):
-    x, eye = _identity_case()
-    got = m.class_attention(x, eye, 1)
+    x, w = _identity_case()
+    got = m.class_attention(x, *w, 1)
     shape(got, (1, 1, 2), "class_attention of (1, 3, 2) tokens")
     close(got, [[[1 / 3, 1 / 3]]], "a zero query weighs the 3 values equally: mean of (0,0), (1,0), (0,1)",
-          atol=1e-12)
+          atol=1e-12, mistakes=_scaled_after([[[1 / 3, 1 / 3]]], 2))
+    out, attn = m.class_attention(x, *w, 1, return_attention=True)
+    shape(attn, (1, 1, 1, 3), "the weights with return_attention=True (B, h, 1, 1 + N)")
+    close(attn, np.full((1, 1, 1, 3), 1 / 3), "equal weights for a zero query", atol=1e-12,
+          mistakes=_scaled_after(np.full((1, 1, 1, 3), 1 / 3), 2))
 
 
-@check("5.2", "class_attention(cls_in_keys=False)", "keys and values from x[:, 1:], the query still from x[:, :1]")
+@check("5.2", "class_attention(class_token_in_keys=False)", "keys and values from u[:, 1:], the query still "
+       "from u[:, :1]")
 def _(m):
-    x, eye = _identity_case()
-    got = m.class_attention(x, eye, 1, cls_in_keys=False)
-    shape(got, (1, 1, 2), "class_attention(..., cls_in_keys=False)")
-    close(got, [[[0.5, 0.5]]], "the mean of the 2 patches only", atol=1e-12)
+    x, w = _identity_case()
+    got = m.class_attention(x, *w, 1, class_token_in_keys=False)
+    shape(got, (1, 1, 2), "class_attention(..., class_token_in_keys=False)")
+    close(got, [[[0.5, 0.5]]], "the mean of the 2 patches only", atol=1e-12,
+          mistakes=[([[[1 / 3, 1 / 3]]], "the class token is still among the keys: use u[:, 1:] for k and v")]
+          + _scaled_after([[[0.5, 0.5]]], 2))
 
 
 @check("5.3", "TalkingHeadAttention", "a (B, h, N, N) -> permute(0, 2, 3, 1) -> proj_l -> permute back; "
@@ -374,17 +392,25 @@ def _(m):
     expect_error(ValueError, lambda: m.clipped_relative_indices(6, 4), "an even window")
 
 
-@check("7.2", "depthwise_conv2d", "pad by k // 2, then sum w[c, 0, u, v] · xp[:, c, i + u, j + v] over the "
+@check("7.2", "depthwise_conv2d", "pad by d·(k // 2), then sum w[c, 0, u, v] · xp[:, c, i + d·u, j + d·v] over the "
        "kernel (no flip)")
 def _(m):
     x = np.arange(12.0).reshape(1, 1, 3, 4)
     w = np.zeros((1, 1, 3, 3))
-    w[0, 0, 0, 0] = 1.0                                       # out[i, j] = x[i - 1, j - 1]
+    w[0, 0, 0, 0] = 1.0                                       # out[i, j] = x[i - d, j - d]
     got = m.depthwise_conv2d(x, w)
     shape(got, (1, 1, 3, 4), "a 3x3 depthwise conv of a (1, 1, 3, 4) image")
     expected = np.zeros((1, 1, 3, 4))
     expected[..., 1:, 1:] = x[..., :-1, :-1]
     close(got, expected, "a top-left 1 shifts the image down and right by one pixel", atol=1e-12)
+    x = np.arange(30.0).reshape(1, 1, 5, 6)
+    got = m.depthwise_conv2d(x, w, dilation=2)
+    shape(got, (1, 1, 5, 6), "a 3x3 depthwise conv with dilation 2 of a (1, 1, 5, 6) image")
+    expected = np.zeros((1, 1, 5, 6))
+    expected[..., 2:, 2:] = x[..., :-2, :-2]
+    close(got, expected, "with dilation 2 the top-left tap reads two pixels up and left", atol=1e-12,
+          mistakes=[(np.pad(x[..., :-1, :-1], ((0, 0), (0, 0), (1, 0), (1, 0))),
+                     "dilation 2 gives the same as dilation 1: space the taps d pixels apart")])
 
 
 @check("7.3", "conv_rel_pos_enc", "v's image tokens -> (B, h·d, H, W); per group depthwise_conv2d; back to "
@@ -402,14 +428,21 @@ def _(m):
 
 # ---- 08 co-scale --------------------------------------------------------------------------------
 
-@check("8.1", "bilinear_resize", "src = (i + 0.5)·n_in/n_out − 0.5, clamped at 0; i0 = floor(src), "
-       "i1 = min(i0 + 1, n_in − 1), λ = src − i0")
+@check("8.1", "bilinear_resize", "align_corners=False: src = (i + 0.5)·n_in/n_out − 0.5, clamped at 0; "
+       "align_corners=True: src = i·(n_in − 1)/(n_out − 1); i0 = floor(src), i1 = min(i0 + 1, n_in − 1), "
+       "λ = src − i0")
 def _(m):
     x = np.array([[[[1.0, 2.0], [3.0, 4.0]]]])
     got = m.bilinear_resize(x, (4, 4))
     shape(got, (1, 1, 4, 4), "bilinear_resize of a 2x2 image to (4, 4)")
-    close(got[0, 0, 0], [1.0, 1.25, 1.75, 2.0], "the first row (as F.interpolate, align_corners=False)", atol=1e-12)
+    close(got[0, 0, 0], [1.0, 1.25, 1.75, 2.0], "the first row (as F.interpolate, align_corners=False)", atol=1e-12,
+          mistakes=[([1.0, 4 / 3, 5 / 3, 2.0], "this is align_corners=True: with align_corners=False the "
+                                              "centres sit at i + 0.5")])
     close(got[0, 0, :, 0], [1.0, 1.5, 2.5, 3.0], "the first column", atol=1e-12)
+    got = m.bilinear_resize(x, (3, 3), align_corners=True)
+    shape(got, (1, 1, 3, 3), "bilinear_resize of a 2x2 image to (3, 3), align_corners=True")
+    close(got[0, 0], [[1.0, 1.5, 2.0], [2.0, 2.5, 3.0], [3.0, 3.5, 4.0]],
+          "align_corners=True keeps the corners and puts the midpoints between them", atol=1e-12)
 
 
 @check("8.2", "interpolate_tokens", "cls = x[:, :1]; image = x[:, 1:].transpose(1, 2).reshape(B, C, H, W); "
@@ -449,7 +482,7 @@ def run_check(ex_id: str, module) -> Outcome:
     except NotImplementedError as err:
         return Outcome(ex_id, chk.name, "not done", str(err))
     except Fail as err:
-        return Outcome(ex_id, chk.name, "wrong", str(err), chk.hint)
+        return Outcome(ex_id, chk.name, "wrong", str(err), "" if err.diagnosed else chk.hint)
     except Exception as err:  # noqa: BLE001 - an error in the learner's code
         return Outcome(ex_id, chk.name, "error", describe_error(err, root), chk.hint)
     return Outcome(ex_id, chk.name, "ok")

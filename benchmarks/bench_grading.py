@@ -1,0 +1,57 @@
+"""How long the grader takes for a full correct submission (the reference solutions, 249 points).
+
+    python benchmarks/bench_grading.py            # 3 runs, the best wall time counts
+    python benchmarks/bench_grading.py --runs 1 --jobs 1
+
+Each run is one ``python -m exercises.grade --submission exercises/solutions`` in a fresh process
+(what an instructor types): the grader's start, the runner's start (PyTorch imported once), then
+25 exercises in confined processes. Prints the wall time and the CPU time of the grader and of
+all its processes, and the machine's load, since a busy machine slows everything down. The
+target: under 15 s wall on 2 idle cores.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def one_run(jobs: int) -> tuple[float, float, int]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "exercises.grade", "--submission",
+                             str(ROOT / "exercises" / "solutions"), "--jobs", str(jobs)],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+                            capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    total = next((line for line in result.stdout.splitlines() if line.strip().startswith("total")), "")
+    if result.returncode != 0 or "249/249" not in total:
+        sys.exit(f"the grader did not give 249/249:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+    return wall, cpu, result.returncode
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=2, help="exercises graded at a time (the grader's --jobs)")
+    args = parser.parse_args(argv)
+    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} before the first run")
+    walls = []
+    for i in range(args.runs):
+        wall, cpu, _ = one_run(args.jobs)
+        walls.append(wall)
+        print(f"run {i + 1}: {wall:5.1f} s wall, {cpu:5.1f} s CPU (grader and its processes), 249/249")
+    print(f"best: {min(walls):.1f} s wall (--jobs {args.jobs}); load average now {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
