@@ -89,7 +89,7 @@ def models_table(data: dict) -> str:
 
 
 def _ms(value: float) -> str:
-    return f"{value:.3g}" if value >= 100 else f"{value:.2f}" if value < 10 else f"{value:.1f}"
+    return f"{value:.0f}" if value >= 100 else f"{value:.2f}" if value < 10 else f"{value:.1f}"
 
 
 def _mb(value: float) -> str:
@@ -98,11 +98,18 @@ def _mb(value: float) -> str:
     return f"{value:.2f} MB" if value < 1 else f"{value:.0f} MB"
 
 
+# bench_attention.py's kernel names, and what each stands for
+LABELS = {"self-attention (fused)": "self-attention, fused (ViT)",
+          "self-attention (explicit)": "self-attention, explicit (ViT, `get_attention_maps`)",
+          "talking heads": "talking heads (CaiT's patch stage)",
+          "class attention": "class attention (CaiT's last stage)",
+          "factorized": "factorized (CoaT)"}
+
+
 def attention_table(data: dict) -> str:
     """docs/speed.md's table: ms per call of each attention kernel as the tokens grow."""
     rows = data["rows"]
     tokens = sorted({r["N"] for r in rows})
-    labels = data.get("labels", {})
     lines = ["| room | kernel | " + " | ".join(f"N={n}" for n in tokens)
              + f" | largest intermediate at N={tokens[-1]} |",
              "|---|---|" + "---|" * (len(tokens) + 1)]
@@ -112,8 +119,7 @@ def attention_table(data: dict) -> str:
             seen.append((r["room"], r["kernel"]))
     for room, kernel in seen:
         mine = {r["N"]: r for r in rows if r["room"] == room and r["kernel"] == kernel}
-        label = labels.get(f"{room}/{kernel}", kernel)
-        lines.append(f"| {room} | {label} | " + " | ".join(_ms(mine[n]["ms"]) for n in tokens)
+        lines.append(f"| {room} | {LABELS.get(kernel, kernel)} | " + " | ".join(_ms(mine[n]["ms"]) for n in tokens)
                      + f" | {_mb(mine[tokens[-1]]['intermediate_MB'])} |")
     return "\n".join(lines)
 
