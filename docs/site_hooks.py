@@ -6,7 +6,8 @@
   of the site resolves. The instructors' folders ``exercises/solutions/`` and
   ``exercises/hidden/`` never are: a page that links into them fails the build.
 * Notebook pages are HTML made by nbconvert, which MkDocs does not rewrite: their links to ``.md``
-  and ``.ipynb`` files are pointed at the pages here, and a link to nothing fails the build.
+  and ``.ipynb`` files are pointed at the pages here, a link to nothing fails the build, and the
+  table of contents is made from the headings' own anchors.
 * Maths: MathJax is served from the site itself (the copy that the ``jupyter-server-mathjax``
   package installs), so formulas render offline too.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files, InclusionLevel
+from mkdocs.structure.toc import get_toc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import doccheck  # noqa: E402
@@ -153,7 +155,26 @@ def on_page_content(html: str, page, config, files: Files) -> str:
         return f"{attribute}={quote}{url}{quote}"
 
     html = re.sub(r"""\b(href|src)=(["'])([^"']+)\2""", rewrite, html)
+    page.toc = _toc_from_headings(html)
     return _share_css(html, page.file.url)
+
+
+def _toc_from_headings(html: str):
+    """The page's table of contents from the headings nbconvert wrote, with their own ids.
+
+    mkdocs-jupyter derives the table of contents from a Markdown export of the notebook, whose
+    anchors differ from nbconvert's wherever a heading holds code or maths."""
+    tokens, stack = [], []
+    for match in re.finditer(r'<h([1-6]) id="([^"]+)">(.*?)</h\1>', html, flags=re.S):
+        level, name = int(match.group(1)), re.sub(r"<a class=\"anchor-link\".*?</a>", "",
+                                                   match.group(3), flags=re.S)
+        token = {"level": level, "id": match.group(2), "html": name,
+                 "name": re.sub(r"<[^>]+>", "", name).strip(), "children": []}
+        while stack and stack[-1]["level"] >= level:
+            stack.pop()
+        (stack[-1]["children"] if stack else tokens).append(token)
+        stack.append(token)
+    return get_toc(tokens)
 
 
 def on_post_page(output: str, page, config) -> str:
