@@ -165,8 +165,8 @@ def test_every_option_of_our_commands_exists(target):
 
 def test_commands_cover_the_pages_tools():
     names = {target for _, target in COMMANDS}
-    assert {"vit_scratch.train", "exercises.check", "benchmarks/bench_digits.py",
-            "benchmarks/tables.py"} <= names
+    assert {"vit_scratch.train", "benchmarks/bench_digits.py", "benchmarks/bench_models.py",
+            "benchmarks/bench_attention.py"} <= names
 
 
 # --- numbers from one source ---------------------------------------------------------------------
