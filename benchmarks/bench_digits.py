@@ -2,7 +2,12 @@
 
     python benchmarks/bench_digits.py                                  # every *_digits model, 5 random seeds
     python benchmarks/bench_digits.py --models vit_digits --seeds 0 1 --threads 2
-    python benchmarks/bench_digits.py --json digits.json --markdown    # the README's table
+    python benchmarks/bench_digits.py --threads 1 --train-arg coat_lite_digits:epochs=20 \
+        --train-arg coat_digits:epochs=12 --json benchmarks/results/digits.json --markdown
+
+The last line writes ``benchmarks/results/digits.json``, the one source of the digits numbers that
+README.md, docs/ and notebook 09 show (``python benchmarks/tables.py benchmarks/results/digits.json``
+prints the README's table from it).
 
 For every seed s the train/test split is ``load_digits(seed=s)`` (stratified, 20% of each class
 held out) and the model is trained with ``--seed s --split-seed s`` and otherwise the trainer's
@@ -10,16 +15,21 @@ defaults -- exactly ``python -m vit_scratch.train --model NAME --data digits --s
 --split-seed s``.  The baseline is scikit-learn's ``SVC(gamma=0.001, C=10)`` (an RBF kernel on
 the 64 raw pixel counts 0..16, the scale gamma=0.001 suits) on the same splits.
 
-Reports mean ± standard deviation (over the random seeds, ddof=1) of the test accuracy, the
-training wall time and the CPU time (user + system of the process, all threads): wall time
-depends on what else runs on the machine, CPU time much less.  A script, never a test.
+Reports mean ± standard deviation (over the random seeds, ddof=1) of the test accuracy, its
+difference to the SVC on the same split, the training wall time and the CPU time (user + system of
+the process, all threads): wall time depends on what else runs on the machine, CPU time much less.
+``--train-arg FIELD=VALUE`` changes a trainer default for every model, ``--train-arg
+MODEL:FIELD=VALUE`` for one.  A script, never a test.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -27,6 +37,9 @@ import torch
 import vit_scratch
 from vit_scratch.data import stratified_split
 from vit_scratch.train import TrainConfig, train
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tables  # noqa: E402  (benchmarks/tables.py: the README's table from the results file)
 
 
 def svc_accuracy(seed: int, test_fraction: float = 0.2) -> tuple[float, float]:
@@ -43,8 +56,26 @@ def svc_accuracy(seed: int, test_fraction: float = 0.2) -> tuple[float, float]:
     return accuracy, time.process_time() - start
 
 
-def summary(values: list[float]) -> tuple[float, float]:
-    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+def summary(values: list[float]) -> dict:
+    return {"mean": statistics.mean(values),
+            "std": statistics.stdev(values) if len(values) > 1 else 0.0}
+
+
+def train_changes(items: list[str], models: list[str]) -> dict[str, dict]:
+    """``[MODEL:]FIELD=VALUE`` items -> {model: {field: value}}, typed as TrainConfig's fields."""
+    changes = {name: {} for name in models}
+    for item in items:
+        target, _, assignment = item.rpartition(":")
+        key, _, value = assignment.partition("=")
+        if not hasattr(TrainConfig(), key):
+            raise SystemExit(f"--train-arg {item!r}: TrainConfig has no field {key!r}")
+        if target and target not in changes:
+            raise SystemExit(f"--train-arg {item!r}: {target!r} is not among the models "
+                             f"{', '.join(models)}")
+        kind = type(getattr(TrainConfig(), key))
+        for name in [target] if target else models:
+            changes[name][key] = kind(value) if kind in (int, float) else value
+    return changes
 
 
 def main(argv=None):
@@ -55,65 +86,70 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=0,
                         help="CPU threads for PyTorch (0: PyTorch's default)")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--train-arg", action="append", default=[], metavar="FIELD=VALUE",
-                        help="change a trainer default for every run (e.g. epochs=20)")
-    parser.add_argument("--json", help="write every run's numbers to this file")
-    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
-    args = parser.parse_args(argv)
+    parser.add_argument("--train-arg", action="append", default=[],
+                        metavar="[MODEL:]FIELD=VALUE",
+                        help="change a trainer default for every model, or for one (e.g. "
+                             "epochs=20, coat_digits:epochs=12)")
+    parser.add_argument("--json", help="write the summary and every run's numbers to this file "
+                                       "(benchmarks/results/digits.json is the one the README shows)")
+    parser.add_argument("--markdown", action="store_true", help="print the README's table")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     models = args.models or vit_scratch.list_models("*_digits")
-    changes = {}
-    for item in args.train_arg:
-        key, _, value = item.partition("=")
-        kind = type(getattr(TrainConfig(), key))
-        changes[key] = kind(value) if kind in (int, float) else value
+    changes = train_changes(args.train_arg, models)
 
-    runs = {"svc": []}
+    svc_runs = []
     for seed in args.seeds:
         accuracy, cpu = svc_accuracy(seed)
-        runs["svc"].append({"seed": seed, "test_accuracy": accuracy, "cpu_seconds": cpu,
-                            "train_seconds": cpu})
+        svc_runs.append({"seed": seed, "test_accuracy": accuracy, "cpu_seconds": cpu})
         print(f"svc          seed {seed}: {accuracy:.4f}", flush=True)
+    results = {}
     for name in models:
-        runs[name] = []
-        for seed in args.seeds:
+        runs = []
+        for seed, svc in zip(args.seeds, svc_runs):
             cfg = TrainConfig(model=name, data="digits", seed=seed, split_seed=seed,
-                              device=args.device, progress="off", out=None, **changes)
+                              device=args.device, progress="off", out=None, **changes[name])
             result = train(cfg, log=lambda *_: None)
-            runs[name].append({k: result[k] for k in ("test_accuracy", "train_seconds",
-                                                        "cpu_seconds", "params")}
-                              | {"seed": seed})
+            runs.append({k: result[k] for k in ("test_accuracy", "train_seconds",
+                                                "cpu_seconds", "params")}
+                        | {"seed": seed, "vs_svc": result["test_accuracy"] - svc["test_accuracy"]})
             print(f"{name:<12} seed {seed}: {result['test_accuracy']:.4f}  "
                   f"{result['train_seconds']:.1f} s wall  {result['cpu_seconds']:.1f} s CPU",
                   flush=True)
-
-    rows = []
-    for name, results in runs.items():
-        acc = summary([r["test_accuracy"] for r in results])
-        wall = summary([r["train_seconds"] for r in results])
-        cpu = summary([r["cpu_seconds"] for r in results])
-        params = results[0].get("params", "")
-        rows.append((name, params, acc, wall, cpu))
-    header = ("model", "params", "test accuracy", "train s (wall)", "train s (CPU)")
+        results[name] = {
+            "train_changes": changes[name],
+            "epochs": changes[name].get("epochs", TrainConfig().epochs),
+            "params": runs[0]["params"],
+            **{key: summary([r[key] for r in runs])
+               for key in ("test_accuracy", "vs_svc", "train_seconds", "cpu_seconds")},
+            "runs": runs,
+        }
+    data = {
+        "benchmark": "digits",
+        "written_by": "python benchmarks/bench_digits.py " + shlex.join(
+            sys.argv[1:] if argv is None else argv),
+        "settings": {"seeds": args.seeds, "threads": torch.get_num_threads(),
+                     "device": args.device, "torch": str(torch.__version__),
+                     "test_fraction": 0.2},
+        "models": results,
+        "svc": {key: summary([r[key] for r in svc_runs])
+                for key in ("test_accuracy", "cpu_seconds")} | {"runs": svc_runs},
+    }
     print()
     if args.markdown:
-        print("| " + " | ".join(header) + " |")
-        print("|" + "---|" * len(header))
-    for name, params, acc, wall, cpu in rows:
-        cells = (name, f"{params:,}" if params else "--",
-                 f"{100 * acc[0]:.2f} ± {100 * acc[1]:.2f} %", f"{wall[0]:.1f} ± {wall[1]:.1f}",
-                 f"{cpu[0]:.1f} ± {cpu[1]:.1f}")
-        print(("| " + " | ".join(cells) + " |") if args.markdown else "  ".join(
-            f"{c:<22}" for c in cells))
+        print(tables.digits_table(data))
+    else:
+        for name, entry in results.items():
+            print(f"{name:<18} {tables.percent(entry['test_accuracy']):<18} "
+                  f"{entry['cpu_seconds']['mean']:6.1f} ± {entry['cpu_seconds']['std']:.1f} s CPU")
+        print(f"{'svc':<18} {tables.percent(data['svc']['test_accuracy'])}")
     print(f"\n{len(args.seeds)} seeds ({', '.join(map(str, args.seeds))}), torch "
           f"{torch.__version__}, {torch.get_num_threads()} thread(s), device {args.device}")
     if args.json:
-        meta = {"seeds": args.seeds, "threads": torch.get_num_threads(),
-                "torch": str(torch.__version__), "train_changes": changes}
-        with open(args.json, "w") as f:
-            json.dump({"meta": meta, "runs": runs}, f, indent=2)
-    return runs
+        Path(args.json).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
+                                   encoding="utf-8")
+    return data
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""Every snippet of the README's "Using vit_scratch in a class project" section runs, in order,
-in a fresh folder that holds a tiny ``my_pictures/`` (three classes of small PNGs) -- so the
-section cannot rot.  ``python -m vit_scratch.train ...`` lines run in-process through the same
-``main(argv)`` the command calls; python blocks run in one shared namespace."""
+"""Every snippet of the class-project sections -- README.md's "Class project" and
+docs/library.md's walk-through -- runs, in order, in a fresh folder that holds a tiny
+``my_pictures/`` (three classes of small PNGs), so the sections cannot rot.
+``python -m vit_scratch.train ...`` lines run in-process through the same ``main(argv)`` the
+command calls; the python blocks of one section run in one shared namespace."""
 import os
 import re
 import shlex
@@ -13,15 +14,17 @@ import pytest
 
 matplotlib.use("Agg")
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-SECTION = "## Using vit_scratch in a class project"
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md", "## Class project")
+WALK_THROUGH = (ROOT / "docs" / "library.md", "## Using vit_scratch in a class project")
 
 
-def section_blocks() -> list[tuple[str, str]]:
-    """(language, code) of every fenced block in the section, in order."""
-    text = README.read_text()
-    start = text.index(SECTION)
-    end = text.find("\n## ", start + len(SECTION))
+def section_blocks(page: tuple[Path, str] = WALK_THROUGH) -> list[tuple[str, str]]:
+    """(language, code) of every fenced block in the page's section, in order."""
+    path, heading = page
+    text = path.read_text(encoding="utf-8")
+    start = text.index(heading + "\n")
+    end = text.find("\n## ", start + len(heading))
     body = text[start:end if end != -1 else None]
     return re.findall(r"```(python|bash)\n(.*?)```", body, flags=re.S)
 
@@ -53,6 +56,16 @@ def test_section_has_python_and_shell_snippets():
     assert kinds.count("python") >= 3 and kinds.count("bash") >= 1
 
 
+def test_readme_class_project_snippet_runs():
+    namespace: dict = {}
+    blocks = section_blocks(README)
+    assert [kind for kind, _ in blocks] == ["python"]
+    for i, (_, code) in enumerate(blocks):
+        exec(compile(code, f"README.md: class-project block {i}", "exec"), namespace)
+    assert tuple(namespace["logits"].shape) == (2, 3)
+    assert all(name.startswith("cait_") for name in namespace["vit_scratch"].list_models("cait_*"))
+
+
 def test_every_class_project_snippet_runs(tmp_path, monkeypatch, capsys):
     from vit_scratch.train import main
 
@@ -62,11 +75,11 @@ def test_every_class_project_snippet_runs(tmp_path, monkeypatch, capsys):
     namespace: dict = {}
     for i, (kind, code) in enumerate(section_blocks()):
         if kind == "python":
-            exec(compile(code, f"README.md: class-project block {i}", "exec"), namespace)
+            exec(compile(code, f"docs/library.md: class-project block {i}", "exec"), namespace)
             continue
         for argv in shell_commands(code):
             if argv[:3] != ["python", "-m", "vit_scratch.train"]:
-                pytest.fail(f"the README runs {argv[:3]}; teach this test how to run it")
+                pytest.fail(f"docs/library.md runs {argv[:3]}; teach this test how to run it")
             main(argv[3:] + ["--progress", "off"])
     capsys.readouterr()
     # what the section promises

@@ -1,0 +1,264 @@
+"""README.md, docs/*.md and the notebooks' markdown name only what exists, hold no control
+characters, and quote benchmark numbers from the one file that holds them.
+
+The checker is docs/doccheck.py (also a command: ``python docs/doccheck.py``); the planted
+mistakes below prove that it finds each kind of problem."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import io
+import json
+import re
+import runpy
+import shlex
+import sys
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+doccheck = load(ROOT / "docs" / "doccheck.py", "doccheck")
+tables = load(ROOT / "benchmarks" / "tables.py", "tables")
+PAGES = doccheck.markdown_pages()
+DIGITS = tables.load(ROOT / "benchmarks" / "results" / "digits.json")
+
+
+def page_text(name: str) -> str:
+    """The page's text with every run of white space (line breaks too) made one space."""
+    return " ".join((ROOT / name).read_text(encoding="utf-8").split())
+
+
+# --- every page names what exists ------------------------------------------------------------
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_page_names_only_what_exists(page):
+    problems = doccheck.page_problems(page)
+    assert not problems, "\n".join(problems)
+
+
+def test_pages_cover_readme_docs_and_every_notebook():
+    names = {p.name for p in PAGES}
+    assert "README.md" in names and "docs/glossary.md" in names
+    assert {f"notebooks/{p.name}" for p in (ROOT / "notebooks").glob("*.ipynb")} <= names
+
+
+PLANTED = """# A page with mistakes
+
+Run `pytest exercises/test_ex04_missing.py`, then `python -m exercises.nothing 04`.
+See [the glossary](glossary.md#no-such-term) and [a page](missing_page.md).
+
+```bash
+python benchmarks/no_such_bench.py --json x.json
+pip install -e ".[nonexistent]"
+jupyter lab notebooks_old/
+```
+
+The class token\tbreaks $\\top$ here. The module is `vit_scratch/nothing_here.py`.
+
+Fine: `runs/coat_digits/`, `my_pictures/cat/*.png`, `.../coat.py`, `numpy_nn/attention.py`,
+[the paper](https://arxiv.org/abs/2010.11929), [LayerScale](glossary.md#layerscale),
+`python -m vit_scratch.train --help`, `pytest exercises`, `pip install -r requirements.txt`,
+`exercises/exNN_<topic>.py`.
+"""
+
+
+def test_checker_finds_each_planted_mistake():
+    page = doccheck.Page(ROOT / "docs" / "planted.md", PLANTED)
+    problems = "\n".join(doccheck.page_problems(page))
+    expected = ["exercises/test_ex04_missing.py", "no module exercises.nothing",
+                "glossary.md#no-such-term: no such heading", "missing_page.md: no such file",
+                "no file benchmarks/no_such_bench.py", "declares no extra [nonexistent]",
+                "notebooks_old/", "control character '\\t'", "vit_scratch/nothing_here.py"]
+    for mistake in expected:
+        assert mistake in problems, f"not found: {mistake}\n{problems}"
+    assert len(doccheck.page_problems(page)) == len(expected), problems
+
+
+def test_checker_reads_notebook_cells_and_names_the_cell(tmp_path):
+    cells = [{"cell_type": "markdown", "source": ["# Title\n"]},
+             {"cell_type": "code", "source": ["pytest missing.py\n"], "outputs": []},
+             {"cell_type": "markdown", "source": ["Run `pytest tests/test_gone.py`.\n"]}]
+    path = tmp_path / "x.ipynb"
+    path.write_text(json.dumps({"cells": cells}))
+    page = doccheck.notebook_page(path)
+    page.path = ROOT / "notebooks" / "x.ipynb"
+    assert doccheck.page_problems(page) == [
+        "notebooks/x.ipynb cell 2: `pytest tests/test_gone.py`: no file or folder tests/test_gone.py"]
+
+
+def test_slugs_match_the_site_and_github():
+    assert doccheck.slug("LayerScale") == "layerscale"
+    assert doccheck.slug("Talking-heads attention") == "talking-heads-attention"
+    assert doccheck.slug("How we know it is right") == "how-we-know-it-is-right"
+    assert doccheck.slug("`mkdocs build`: the site") == "mkdocs-build-the-site"
+
+
+# --- every --option of our own commands exists -------------------------------------------------
+
+class _Parsed(Exception):
+    pass
+
+
+def cli_options(kind: str, target: str) -> set[str]:
+    """The option strings of the argparse parser that ``python -m target`` / ``python target``
+    builds, read by stopping the program when it parses its arguments."""
+    parsers = []
+
+    def stop(self, args=None, namespace=None):
+        parsers.append(self)
+        raise _Parsed
+
+    with mock.patch.object(argparse.ArgumentParser, "parse_known_args", stop), \
+            mock.patch.object(sys, "argv", [target]), contextlib.suppress(_Parsed), \
+            contextlib.redirect_stdout(io.StringIO()):
+        if kind == "module":
+            runpy.run_module(target, run_name="__main__", alter_sys=False)
+        else:
+            runpy.run_path(str(ROOT / target), run_name="__main__")
+    assert parsers, f"{target} parsed no arguments"
+    return set(parsers[0]._option_string_actions)
+
+
+def our_commands():
+    """{target: [(where, command)]} of the commands that run our code with ``--options``."""
+    found = {}
+    for page in PAGES:
+        for command in doccheck.commands(page.text):
+            target = doccheck.command_target(command.argv)
+            if target is None or (target[0] == "module"
+                                  and not doccheck.local_module(target[1])):
+                continue
+            if target[0] == "script" and not target[1].endswith(".py"):
+                continue
+            if not any(token.startswith("--") for token in command.argv[2:]):
+                continue  # nothing to check, and a script is never run for nothing
+            found.setdefault(target, []).append((page.where(command.line), command))
+    return found
+
+
+COMMANDS = our_commands()
+
+
+@pytest.mark.parametrize("target", sorted(COMMANDS), ids=[t[1] for t in sorted(COMMANDS)])
+def test_every_option_of_our_commands_exists(target):
+    options = cli_options(*target)
+    wrong = []
+    for where, command in COMMANDS[target]:
+        for token in command.argv[2:]:
+            if token.startswith("--") and token.split("=")[0] not in options:
+                wrong.append(f"{where}: `{command.text}`: {target[1]} has no option "
+                             f"{token.split('=')[0]}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_commands_cover_the_pages_tools():
+    names = {target for _, target in COMMANDS}
+    assert {"vit_scratch.train", "benchmarks/bench_digits.py", "benchmarks/bench_models.py",
+            "benchmarks/bench_attention.py"} <= names
+
+
+# --- numbers from one source ---------------------------------------------------------------------
+
+TABLE_MARK = re.compile(r"<!-- table: (python benchmarks/tables\.py \S+) -->\n((?:\|.*\n?)+)")
+
+
+def shown_tables():
+    return [(page.name, m.group(1), m.group(2).rstrip("\n"))
+            for page in PAGES if not page.cells for m in TABLE_MARK.finditer(page.text)]
+
+
+def test_results_tables_are_printed_from_the_results_files():
+    found = shown_tables()
+    assert {(name, command.split()[-1]) for name, command, _ in found} >= {
+        ("docs/results.md", "benchmarks/results/digits.json"),
+        ("docs/speed.md", "benchmarks/results/models_2threads.json"),
+        ("docs/speed.md", "benchmarks/results/models_1thread.json"),
+        ("docs/speed.md", "benchmarks/results/attention.json")}
+    for name, command, shown in found:
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            tables.main(shlex.split(command)[2:])
+        assert shown == printed.getvalue().rstrip("\n"), (
+            f"{name}: the table below `{command}` is not what it prints; paste its output")
+
+
+def test_every_results_file_is_shown():
+    shown = {command.split()[-1] for _, command, _ in shown_tables()}
+    files = {p.relative_to(ROOT).as_posix() for p in (ROOT / "benchmarks/results").glob("*.json")}
+    assert files == shown
+
+
+def test_digits_summary_agrees_with_itself():
+    svc = DIGITS["svc"]["test_accuracy"]["mean"]
+    for name, entry in DIGITS["models"].items():
+        assert entry["vs_svc"]["mean"] == pytest.approx(entry["test_accuracy"]["mean"] - svc,
+                                                        abs=1e-9), name
+        runs = entry["runs"]
+        if runs:  # written by bench_digits.py: the summary is the runs' mean
+            assert entry["test_accuracy"]["mean"] == pytest.approx(
+                sum(r["test_accuracy"] for r in runs) / len(runs))
+            assert len(runs) == len(DIGITS["settings"]["seeds"])
+
+
+def test_sentences_quote_the_digits_results():
+    models = DIGITS["models"]
+    readme, results = page_text("README.md"), page_text("docs/results.md")
+    best = max(models, key=lambda n: models[n]["test_accuracy"]["mean"])
+    means = sorted(100 * e["test_accuracy"]["mean"] for e in models.values())
+    coat = models["coat_digits"]["test_accuracy"]
+    assert f"{100 * coat['mean']:.1f} ± {100 * coat['std']:.1f}% over five splits" in readme
+    assert best == "coat_digits"  # the README calls it "the best digits command"
+    assert f"reach {means[0]:.2f}-{means[-1]:.2f}%" in readme
+    assert f"{100 * DIGITS['svc']['test_accuracy']['mean']:.2f}%" in readme
+    assert len(DIGITS["settings"]["seeds"]) == 5  # "five splits"
+    lite, full = (tables.epoch_cost(DIGITS, n) for n in ("coat_lite_digits", "coat_digits"))
+    assert f"about {lite:.1f}× (CoaT-Lite) and {full:.1f}× (CoaT) a ViT epoch" in results
+
+
+def test_sentences_quote_the_attention_results():
+    rows = tables.load(ROOT / "benchmarks/results/attention.json")["rows"]
+    largest = max(r["N"] for r in rows)
+    ms = {r["kernel"]: r["ms"] for r in rows if r["N"] == largest and r["room"] == "torch"}
+    saving = ms["self-attention (fused)"] / ms["factorized"]
+    assert (f"factorized attention is {round(saving, -1):.0f}× cheaper"
+            in page_text("docs/speed.md"))
+
+
+def test_notebooks_quote_no_digits_result_in_prose():
+    """Notebooks show the five-split results by reading benchmarks/results/digits.json."""
+    values = {f"{100 * e['test_accuracy']['mean']:.2f}" for e in DIGITS["models"].values()}
+    values.add(f"{100 * DIGITS['svc']['test_accuracy']['mean']:.2f}")
+    quoted = [f"{page.where(i + 1)} quotes {v}"
+              for page in PAGES if page.cells
+              for i, line in enumerate(page.text.split("\n"))
+              for v in values if re.search(rf"(?<![\d.]){re.escape(v)}(?![\d])", line)]
+    assert not quoted, "\n".join(quoted)
+
+
+def test_reading_times_match_the_notebooks():
+    """The README's reading times: about 130 words of text and 15 lines of code a minute."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\d\d) \| \[[^\]]+\]\((notebooks/[^)]+)\) \|[^|]+\| (\d+) min",
+                      readme, flags=re.M)
+    assert {path for _, path, _ in rows} == {
+        p.relative_to(ROOT).as_posix() for p in (ROOT / "notebooks").glob("*.ipynb")}
+    for number, path, minutes in rows:
+        cells = json.loads((ROOT / path).read_text(encoding="utf-8"))["cells"]
+        words = sum(len("".join(c["source"]).split()) for c in cells if c["cell_type"] == "markdown")
+        code = sum(len("".join(c["source"]).splitlines()) for c in cells if c["cell_type"] == "code")
+        estimate = words / 130 + code / 15
+        assert abs(int(minutes) - estimate) <= max(10, 0.25 * estimate), (
+            f"README gives notebook {number} {minutes} min; its text and code suggest "
+            f"{5 * round(estimate / 5)} min")
