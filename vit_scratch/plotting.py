@@ -300,10 +300,14 @@ def plot_attention_grid_overlay(img: np.ndarray, attn_map: np.ndarray, ax=None,
 
 
 def plot_layer_head_maps(img: np.ndarray, maps: np.ndarray, boxes=None, title: str | None = None,
-                         layer_names=None, size: float = 1.4):
+                         layer_names=None, size: float = 1.4, colorbar: bool = False,
+                         vmin: float | None = None, vmax: float | None = None):
     """A figure of (layers, heads, gh, gw) maps over one image: a row per layer, a column per
     head, plus a last column with the heads' mean; ``boxes`` (4,) draws the object's box.
-    Returns the figure."""
+
+    Each panel stretches its colours to its own range, unless ``colorbar=True``: then every
+    panel shares one scale, ``vmin`` to ``vmax`` (by default 0 and the largest value drawn), and
+    the figure gets its colour bar.  Returns the figure."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
@@ -316,12 +320,16 @@ def plot_layer_head_maps(img: np.ndarray, maps: np.ndarray, boxes=None, title: s
     if maps.ndim != 4:
         raise ValueError(f"maps must have shape (layers, heads, gh, gw), got shape {maps.shape}")
     layers, heads = maps.shape[:2]
-    fig, axes = plt.subplots(layers, heads + 1, figsize=(size * (heads + 1), size * layers),
-                             squeeze=False)
+    if colorbar:
+        vmin = 0.0 if vmin is None else vmin
+        vmax = float(maps.max()) if vmax is None else vmax
+    fig, axes = plt.subplots(layers, heads + 1, figsize=(size * (heads + 1) + (1.0 if colorbar else 0.0),
+                                                         size * layers),
+                             squeeze=False, layout="constrained" if colorbar else None)
     for i in range(layers):
         for j in range(heads + 1):
             m = maps[i, j] if j < heads else maps[i].mean(0)
-            ax = plot_attention_grid_overlay(img, m, ax=axes[i, j])
+            ax = plot_attention_grid_overlay(img, m, ax=axes[i, j], vmin=vmin, vmax=vmax)
             if boxes is not None:
                 top, left, h, w = boxes
                 ax.add_patch(Rectangle((left - 0.5, top - 0.5), w, h, fill=False, color="cyan",
@@ -331,9 +339,12 @@ def plot_layer_head_maps(img: np.ndarray, maps: np.ndarray, boxes=None, title: s
         name = layer_names[i] if layer_names is not None else f"layer {i}"
         axes[i, 0].text(-0.1, 0.5, name, transform=axes[i, 0].transAxes, rotation=90,
                         ha="right", va="center", fontsize=8)
+    if colorbar:
+        fig.colorbar(axes[0, 0].images[-1], ax=axes, shrink=0.9, label="attention weight")
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    if not colorbar:
+        fig.tight_layout()
     return fig
 
 
