@@ -36,7 +36,7 @@ import torch
 
 import vit_scratch
 from vit_scratch.data import stratified_split
-from vit_scratch.train import TrainConfig, train
+from vit_scratch.train import TrainSettings, train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tables  # noqa: E402  (benchmarks/tables.py: the README's table from the results file)
@@ -62,17 +62,17 @@ def summary(values: list[float]) -> dict:
 
 
 def train_changes(items: list[str], models: list[str]) -> dict[str, dict]:
-    """``[MODEL:]FIELD=VALUE`` items -> {model: {field: value}}, typed as TrainConfig's fields."""
+    """``[MODEL:]FIELD=VALUE`` items -> {model: {field: value}}, typed as TrainSettings's fields."""
     changes = {name: {} for name in models}
     for item in items:
         target, _, assignment = item.rpartition(":")
         key, _, value = assignment.partition("=")
-        if not hasattr(TrainConfig(), key):
-            raise SystemExit(f"--train-arg {item!r}: TrainConfig has no field {key!r}")
+        if not hasattr(TrainSettings(), key):
+            raise SystemExit(f"--train-arg {item!r}: TrainSettings has no field {key!r}")
         if target and target not in changes:
             raise SystemExit(f"--train-arg {item!r}: {target!r} is not among the models "
                              f"{', '.join(models)}")
-        kind = type(getattr(TrainConfig(), key))
+        kind = type(getattr(TrainSettings(), key))
         for name in [target] if target else models:
             changes[name][key] = kind(value) if kind in (int, float) else value
     return changes
@@ -108,7 +108,7 @@ def main(argv=None):
     for name in models:
         runs = []
         for seed, svc in zip(args.seeds, svc_runs):
-            cfg = TrainConfig(model=name, data="digits", seed=seed, split_seed=seed,
+            cfg = TrainSettings(model=name, data="digits", seed=seed, split_seed=seed,
                               device=args.device, progress="off", out=None, **changes[name])
             result = train(cfg, log=lambda *_: None)
             runs.append({k: result[k] for k in ("test_accuracy", "train_seconds",
@@ -119,7 +119,7 @@ def main(argv=None):
                   flush=True)
         results[name] = {
             "train_changes": changes[name],
-            "epochs": changes[name].get("epochs", TrainConfig().epochs),
+            "epochs": changes[name].get("epochs", TrainSettings().epochs),
             "params": runs[0]["params"],
             **{key: summary([r[key] for r in runs])
                for key in ("test_accuracy", "vs_svc", "train_seconds", "cpu_seconds")},

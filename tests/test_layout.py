@@ -20,7 +20,7 @@ ROOT = PACKAGE.parent
 #: (layer, modules): a module is named by its path below ``vit_scratch`` ("numpy_nn" covers the
 #: whole room).  A new module needs a line here.
 LAYERS = (
-    (0, ("validation",)),  # the checks and their messages: imports neither NumPy nor PyTorch
+    (0, ("validation", "extras")),  # the checks and their messages; which extra brings a package
     (1, ("specs",)),  # configs, key/shape tables, the names each family registers
     (2, ("interface",)),  # the model interface both rooms answer
     (3, ("numpy_nn", "torch_nn")),  # the two rooms; neither imports the other
@@ -28,7 +28,9 @@ LAYERS = (
     (5, ("weights",)),  # checkpoints (they know the families through the factory's table)
     (6, ("data",)),  # images, datasets, preprocessing from a pretrained_cfg
     (7, ("plotting",)),  # figures from a model's interface
-    (8, ("train",)),  # the trainer
+    (8, ("distributed", "run_folder")),  # torchrun's processes; a run folder's files
+    (9, ("train",)),  # the trainer
+    (10, ("evaluate", "predict")),  # the commands that use what the trainer saved
 )
 
 
@@ -71,8 +73,12 @@ def _imports(module: str, path: Path, top_level_only: bool = False) -> set[str]:
                 stem = ".".join(base + ([node.module] if node.module else []))
             else:
                 stem = node.module
-            found.add(stem)
-            found |= {f"{stem}.{a.name}" for a in node.names if f"{stem}.{a.name}" in MODULES}
+            submodules = {f"{stem}.{a.name}" for a in node.names if f"{stem}.{a.name}" in MODULES}
+            # ``from . import sibling`` imports the sibling; the package it names is the
+            # importer's own parent, which Python has already started importing
+            if not (submodules and module.startswith(stem + ".")):
+                found.add(stem)
+            found |= submodules
     return {m for m in found if m != "vit_scratch"}  # the facade itself is not a dependency
 
 

@@ -47,19 +47,12 @@ def test_upsample_and_figures_draw():
     plt.close(fig)
 
 
-def test_figures_for_maps_and_curves(tmp_path):
+def test_figures_for_maps():
     img = np.random.default_rng(0).random((1, 8, 8)).repeat(3, 0)
     maps = np.random.default_rng(1).random((2, 3, 4, 4))
     fig = plotting.plot_layer_head_maps(img, maps, boxes=(1, 2, 4, 4), title="t")
     assert len(fig.axes) == 2 * 4
     plt.close(fig)
-    history = [dict(epoch=e, train_loss=2.0 / e, test_loss=2.1 / e, train_accuracy=0.5 + e / 10,
-                    test_accuracy=0.45 + e / 10) for e in (1, 2, 3)]
-    axes = plotting.plot_training_curves(history)
-    assert len(axes[1].lines) == 2
-    plt.close(axes[0].figure)
-    plotting.save_training_curves(history, tmp_path / "c.png")
-    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
     np.testing.assert_allclose(plotting.unnormalize(np.zeros((1, 2, 2)), DIGITS16), 0.5)
 
 

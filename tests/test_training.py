@@ -147,6 +147,12 @@ def test_gradient_accumulation_takes_the_same_step():
     assert steps[0].correct == steps[1].correct
     assert steps[0].loss > steps[0].cross_entropy  # smoothing adds to the objective
     for (name, a), b in zip(model.state_dict().items(), twin.state_dict().values()):
+        if name.endswith("attn.qkv.bias"):
+            # The key bias has a zero gradient (softmax ignores a shift shared by a query's
+            # scores), so both "gradients" are rounding noise and Adam's first step, about
+            # lr·sign(g), moves it by ±lr either way: compare the query and value parts only.
+            dim = a.numel() // 3
+            a, b = torch.cat([a[:dim], a[2 * dim:]]), torch.cat([b[:dim], b[2 * dim:]])
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=name)
 
 
