@@ -199,7 +199,7 @@ HISTORY = re.compile(
     r"|before the families landed|the name this class had|mutation.?gaps?|nothing used to run",
     re.IGNORECASE)
 TREE = ("vit_scratch", "tests", "exercises", "benchmarks", "notebooks", "README.md", "docs",
-        "tools")
+        "tools", ".ci", "pyproject.toml", "requirements.txt", "mkdocs.yml")
 TEXT_SUFFIXES = {".py", ".md", ".ipynb", ".txt", ".toml", ".cfg", ".yml", ".yaml", ".json",
                  ".tex", ".rst", ""}
 
