@@ -17,12 +17,16 @@ moves to the NumPy room: every forward, backward and AdamW step is ``vit_scratch
   reads tensors, not NumPy arrays).
 
 The images and labels come from PyTorch's loaders (infrastructure) and cross into NumPy per
-batch.  Stochastic depth draws from a NumPy generator seeded per epoch like PyTorch's.
+batch.  Stochastic depth draws from a NumPy generator seeded per epoch like PyTorch's.  BLAS
+runs on one thread (threadpoolctl, a scikit-learn dependency): the trainer's ``--threads`` split
+each batch instead (``numpy_nn._fast.split_batch``), and BLAS threads that spin on busy cores
+would only burn CPU time.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
+from threadpoolctl import ThreadpoolController
 
 from .models import create_numpy_model
 from .numpy_nn import training
@@ -45,6 +49,7 @@ class NumpyRunner:
         self.threads = threads
         self.training = True
         self.rng = np.random.default_rng(0)
+        self.blas = ThreadpoolController()
 
     def train(self) -> "NumpyRunner":
         self.training = True
@@ -60,17 +65,20 @@ class NumpyRunner:
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         """The logits of a batch (evaluation: no stochastic depth)."""
-        return torch.from_numpy(self.model(images.detach().cpu().numpy()))
+        with self.blas.limit(limits=1, user_api="blas"):
+            return torch.from_numpy(self.model(images.detach().cpu().numpy()))
 
     def step(self, images: torch.Tensor, labels: torch.Tensor, optimizer: "NumpyAdamW",
              label_smoothing: float = 0.0) -> training.Step:
         """One training step in NumPy at the learning rate ``optimizer.param_groups[0]``
         holds; a loss or gradient that is not finite raises ``FloatingPointError`` naming the
         step, before the update."""
-        return training.train_step(
-            self.model, optimizer.adamw, images.detach().cpu().numpy(),
-            labels.detach().cpu().numpy(), optimizer.param_groups[0]["lr"], label_smoothing,
-            rng=self.rng if self.training else None, threads=max(1, int(self.threads())))
+        with self.blas.limit(limits=1, user_api="blas"):
+            return training.train_step(
+                self.model, optimizer.adamw, images.detach().cpu().numpy(),
+                labels.detach().cpu().numpy(), optimizer.param_groups[0]["lr"],
+                label_smoothing, rng=self.rng if self.training else None,
+                threads=max(1, int(self.threads())))
 
     def push(self, model: torch.nn.Module) -> None:
         """Copy the NumPy weights into the PyTorch ``model`` (``load_state_dict`` copies)."""

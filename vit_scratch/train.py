@@ -455,7 +455,8 @@ def train_step(model, images, labels, optimizer, label_smoothing: float = 0.0,
         with (nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()):
             with torch.autocast(x.device.type, dtype=autocast_dtype or torch.bfloat16,
                                 enabled=autocast_dtype is not None):
-                logits = model(x).float()
+                logits = model(x)
+            logits = logits if logits.dtype == torch.float64 else logits.float()  # bf16 -> fp32
             loss = F.cross_entropy(logits, y, label_smoothing=label_smoothing,
                                    reduction="sum") / n
             loss.backward()
