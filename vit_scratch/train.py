@@ -80,7 +80,7 @@ from .data import (ModelTransform, check_data, data_classes, make_datasets, rand
                    validation_split)
 from .models import create_model, get_config
 from .run_folder import BEST, CHECKPOINT, CURVES, METRICS, STATE
-from .schedule import LrSchedule, lr_at
+from .schedule import LrSchedule, lr_at  # noqa: F401 (lr_at: the curve lr_schedule follows)
 from .weights import CheckpointError, load_checkpoint, read_state_dict
 
 
