@@ -1,11 +1,11 @@
-"""How long the grader takes for a full correct submission (the reference solutions, 249 points).
+"""How long the grader takes for a full correct submission (the reference solutions, 293 points).
 
     python benchmarks/bench_grading.py            # 3 runs, the best wall time counts
     python benchmarks/bench_grading.py --runs 1 --jobs 1
 
 Each run is one ``python -m exercises.grade --submission exercises/solutions`` in a fresh process
 (what an instructor types): the grader's start, the runner's start (PyTorch imported once), then
-25 exercises in confined processes. Prints the wall time and the CPU time of the grader and of
+29 exercises in confined processes. Prints the wall time and the CPU time of the grader and of
 all its processes, and the machine's load, since a busy machine slows everything down. The
 target: under 15 s wall on 2 idle cores.
 """
@@ -33,8 +33,8 @@ def one_run(jobs: int) -> tuple[float, float, int]:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     total = next((line for line in result.stdout.splitlines() if line.strip().startswith("total")), "")
-    if result.returncode != 0 or "249/249" not in total:
-        sys.exit(f"the grader did not give 249/249:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+    if result.returncode != 0 or "293/293" not in total:
+        sys.exit(f"the grader did not give 293/293:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
     return wall, cpu, result.returncode
 
 
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     for i in range(args.runs):
         wall, cpu, _ = one_run(args.jobs)
         walls.append(wall)
-        print(f"run {i + 1}: {wall:5.1f} s wall, {cpu:5.1f} s CPU (grader and its processes), 249/249")
+        print(f"run {i + 1}: {wall:5.1f} s wall, {cpu:5.1f} s CPU (grader and its processes), 293/293")
     print(f"best: {min(walls):.1f} s wall (--jobs {args.jobs}); load average now {os.getloadavg()[0]:.1f}")
     return 0
 

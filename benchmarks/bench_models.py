@@ -6,6 +6,7 @@
     python benchmarks/bench_models.py --model vit_small_patch16_224 --repeats 20
     python benchmarks/bench_models.py --families --markdown   # one model per family: the README table
     python benchmarks/bench_models.py --families --paths plain  # the plain formulas, no fast twins
+    python benchmarks/bench_models.py --train-step --markdown   # NumPy/PyTorch training step rows
     python benchmarks/bench_models.py --families --device cuda --dtype bf16 --compile --skip-numpy
                                                            # GPU mode (written for a GPU machine;
                                                            # not run on one yet)
@@ -13,7 +14,10 @@
 What it measures (a script, never a test -- timings are noisy and machine-specific):
   1. forward + backward time, ours vs timm, same weights, runs alternating between the two so
      drifts in machine load hit both; reported as medians and the median of per-pair ratios;
-  2. forward time of the NumPy model vs our PyTorch model (inference, float32, CPU only).
+  2. forward time of the NumPy model vs our PyTorch model (inference, float32, CPU only);
+  3. with ``--train-step``: one training step (forward, backward, AdamW) in the NumPy room over
+     one in PyTorch, vit_digits and coat_lite_digits at the trainer's batch size, 1 and 2
+     threads (``benchmarks/bench_train_step.py``, the README's speed rows).
 timm is imported here only as the reference to race against.  ``--paths plain`` makes the
 models call the plain formulas instead of their fast twins (``numpy_nn/_fast.py``,
 ``torch_nn/_fast.py``), to see what the twins gain in a whole model.
@@ -91,7 +95,14 @@ def main(argv=None):
     parser.add_argument("--paths", choices=["fast", "plain"], default="fast",
                         help="plain: the models call the plain formulas, not their fast twins")
     parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument("--train-step", action="store_true",
+                        help="only the NumPy/PyTorch training-step rows (bench_train_step.py)")
     args = parser.parse_args(argv)
+    if args.train_step:
+        import bench_train_step  # benchmarks/ is the script's folder
+
+        return bench_train_step.main(["--repeats", str(args.repeats)]
+                                     + (["--markdown"] if args.markdown else []))
     if args.paths == "plain":
         use_plain_formulas()
     names = list(args.model)

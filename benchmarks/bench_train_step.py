@@ -8,7 +8,7 @@ A step is what each trainer does per batch: forward, label-smoothed cross-entrop
 AdamW (weight decay on the trainer's groups), in training mode (stochastic depth on, as the
 config sets it).  PyTorch: ``vit_scratch.train.train_step`` with ``torch.optim.AdamW``; NumPy:
 ``vit_scratch.numpy_nn.training.train_step`` with its ``AdamW``, the batch split over the same
-number of threads.  Batch size: the trainer's default (``TrainConfig().batch_size``), float32,
+number of threads.  Batch size: the trainer's default (``TrainSettings().batch_size``), float32,
 CPU.  The two runs alternate, so a drift in machine load hits both; the table gives medians and
 the median of the per-pair ratios.  Timings are noisy and machine-specific: a script, never a
 test.  Goal: NumPy/PyTorch <= 1.5 (bound 2.0) on vit_digits and coat_lite_digits.
@@ -25,7 +25,7 @@ from threadpoolctl import threadpool_limits
 
 import vit_scratch
 from vit_scratch.numpy_nn import training
-from vit_scratch.train import TrainConfig, param_groups, train_step
+from vit_scratch.train import TrainSettings, param_groups, train_step
 
 
 def bench(name: str, threads: int, repeats: int, warmup: int, batch: int) -> dict:
@@ -68,7 +68,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=["vit_digits", "coat_lite_digits"])
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
-    parser.add_argument("--batch", type=int, default=TrainConfig().batch_size)
+    parser.add_argument("--batch", type=int, default=TrainSettings().batch_size)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")

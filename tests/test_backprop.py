@@ -1,6 +1,7 @@
 """The NumPy room's backward passes, proven: every block and every ``*_digits`` model against
 PyTorch autograd on the same weights and inputs, and every block against central finite
-differences; then AdamW, the schedule, the training step and the bad-input cases.
+differences; then AdamW and the bad-input cases (the training step against the PyTorch
+trainer's: tests/test_numpy_training.py).
 
 Tolerance: for each gradient tensor, max |ours - autograd| over the scale of autograd's tensor
 (its largest entry, floored at 1e-5 of the largest entry over all of the case's gradients: a
@@ -752,14 +753,6 @@ def test_threads_and_drop_path():
 
 # --- the optimiser and the training step --------------------------------------------------------
 
-def test_lr_schedule_is_the_trainers():
-    from vit_scratch.train import lr_at
-
-    for total, warmup in ((100, 10), (7, 0), (5, 5)):
-        for step in range(total + 2):
-            assert training.lr_at(step, total, warmup, 1.5e-3) == lr_at(step, total, warmup, 1.5e-3)
-
-
 @pytest.mark.parametrize("name", DIGITS)
 def test_weight_decay_rule_is_the_trainers(name):
     """``training.decays`` picks exactly the tensors ``vit_scratch.train.param_groups`` puts in
@@ -799,35 +792,6 @@ def test_adamw_equals_torch():
     again.load_state_dict(state)
     assert again.steps == 5
     assert np.array_equal(again.exp_avg_sq["fc.weight"], ours.exp_avg_sq["fc.weight"])
-
-
-def test_training_steps_equal_pytorch():
-    """Five training steps of vit_digits in float64 (label smoothing, weight decay, warm-up)
-    take the same losses and end at the same weights as PyTorch's."""
-    from vit_scratch.train import param_groups
-
-    torch.manual_seed(0)
-    model = vit_scratch.create_model("vit_digits", drop_path_rate=0.0).double().train()
-    np_model = vit_scratch.create_numpy_model(
-        "vit_digits", {k: v.detach().numpy().copy() for k, v in model.state_dict().items()},
-        drop_path_rate=0.0)
-    opt = torch.optim.AdamW(param_groups(model, 0.3), lr=1.5e-3)
-    ours = training.AdamW(trainable_params(np_model), weight_decay=0.3)
-    r = np.random.default_rng(0)
-    for step in range(5):
-        images, labels = r.standard_normal((8, 1, 24, 24)), r.integers(0, 10, 8)
-        lr = training.lr_at(step, 5, 2, 1.5e-3)
-        for group in opt.param_groups:
-            group["lr"] = lr
-        loss = F.cross_entropy(model(torch.from_numpy(images)), torch.from_numpy(labels),
-                               label_smoothing=0.1)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        np_loss, correct = training.train_step(np_model, ours, images, labels, lr, 0.1)
-        assert abs(np_loss - loss.item()) <= 1e-12 and 0 <= correct <= 8
-    for k, v in model.state_dict().items():
-        assert np.abs(np_model.params[k] - v.numpy()).max() <= 1e-11, k
 
 
 # --- bad input ----------------------------------------------------------------------------------

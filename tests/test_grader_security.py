@@ -75,7 +75,7 @@ def test_a_correct_submission_after_the_attacks_scores_full_marks_and_the_stubs_
     solutions = graded["reports"][kinds.index("solutions")]
     stubs = graded["reports"][kinds.index("stubs")]
     assert kinds.index("solutions") > max(i for i, k in enumerate(kinds) if k == "attack")
-    assert solutions["score"] == solutions["max_score"] == 249, \
+    assert solutions["score"] == solutions["max_score"] == 293, \
         [(e["id"], e["feedback"]) for e in solutions["exercises"] if e["score"] < e["max_score"]]
     assert stubs["score"] == 0 and {e["status"] for e in stubs["exercises"]} == {"not done"}
 
@@ -88,7 +88,7 @@ def test_nothing_was_written_and_nothing_outlives_the_grader(graded):
     assert (nxt / "ex04_layerscale.py").read_text() == (EXERCISES / "solutions" / "ex04_layerscale.py").read_text()
     assert graded["leftovers"] == []
     report = Path(graded["report_path"]).read_text()
-    assert report.lstrip().startswith("[") and '"score": 249' in report
+    assert report.lstrip().startswith("[") and '"score": 293' in report
 
 
 @pytest.mark.skipif(not is_root(), reason="the uid drop and mode 0700 need root")

@@ -28,8 +28,12 @@
 3. **Save.**  The test split is evaluated once, on the checkpoint ``--select`` chooses (the
    best validation accuracy, or the last epoch); then ``metrics.json`` and ``curves.png``.
 
-Which is which: the recipe (``param_groups``, ``lr_at``, ``train_step``, ``evaluate``, the
-affine augmentation) is written here by hand, to be read; the infrastructure comes from the
+``--backend numpy`` runs the same loop with every step computed by the NumPy room -- its
+hand-written backward passes and AdamW (``vit_scratch.numpy_backend``) -- and writes the same
+run folder: PyTorch stays the data pipeline and the checkpoint writer.
+
+Which is which: the recipe (``param_groups``, ``lr_at`` (``vit_scratch.schedule``),
+``train_step``, ``evaluate``, the affine augmentation) is written here by hand, to be read; the infrastructure comes from the
 libraries of its field -- ``torch.utils.data`` (loaders, ``DistributedSampler``),
 ``torch.distributed`` and ``DistributedDataParallel``, torchvision's ``ImageFolder`` and
 transforms v2, scikit-learn's stratified split and metrics, tqdm, matplotlib.  The schedule is
@@ -76,6 +80,7 @@ from .data import (ModelTransform, check_data, data_classes, make_datasets, rand
                    validation_split)
 from .models import create_model, get_config
 from .run_folder import BEST, CHECKPOINT, CURVES, METRICS, STATE
+from .schedule import LrSchedule, lr_at  # noqa: F401 (lr_at: the curve lr_schedule follows)
 from .weights import CheckpointError, load_checkpoint, read_state_dict
 
 
@@ -178,6 +183,10 @@ class TrainSettings:
                                      "fp32), 'fp32' or 'bf16'", choices=("auto", "fp32", "bf16"))
     compile: bool = setting(False, "torch.compile the model (GPU only; skipped with a note on "
                                    "the CPU)")
+    backend: str = setting(
+        "torch", "who computes each step: 'torch' (PyTorch's autograd and AdamW) or 'numpy' (the "
+        "NumPy room's backward passes and AdamW, on the CPU in fp32; vit_scratch.numpy_backend)",
+        choices=("torch", "numpy"))
     workers: int = setting(0, "DataLoader worker processes (0: load in the main process)",
                            metavar="N")
     threads: int = setting(
@@ -298,6 +307,10 @@ def check_settings(settings: TrainSettings, own_data: bool = False,
             raise ValueError(f"--{name} must be an integer >= 0, got {value!r}")
     if settings.progress not in ("auto", "on", "off"):
         raise ValueError(f"--progress must be 'auto', 'on' or 'off', got {settings.progress!r}")
+    if settings.backend not in ("torch", "numpy"):
+        raise ValueError(f"--backend must be 'torch' or 'numpy', got {settings.backend!r}")
+    if settings.backend == "numpy":
+        check_numpy_backend(settings, world)
     device = resolve_device(settings.device)
     resolve_precision(settings.precision, device)
     if settings.init is not None and not Path(settings.init).is_file():
@@ -313,6 +326,28 @@ def check_settings(settings: TrainSettings, own_data: bool = False,
     if settings.accum_steps > share:
         raise ValueError(f"--accum-steps {settings.accum_steps} splits each process's "
                          f"{share} images of a batch into more parts than images")
+
+
+def check_numpy_backend(settings: TrainSettings, world: distributed.World) -> None:
+    """``--backend numpy`` computes in NumPy on the CPU, in fp32, in one process, without
+    dropout: options that ask for anything else are refused before anything runs."""
+    asked = {"--device": settings.device not in ("auto", "cpu") and settings.device,
+             "--precision": settings.precision == "bf16" and "bf16",
+             "--compile": settings.compile, "--accum-steps": settings.accum_steps != 1 and
+             settings.accum_steps, "torchrun": world.size > 1 and f"{world.size} processes"}
+    for option, value in asked.items():
+        if value:
+            raise ValueError(f"--backend numpy runs on the CPU in fp32, in one process, one "
+                             f"step per batch; it does not take {option} {value} (drop it, or "
+                             f"use --backend torch)")
+    cfg = get_config(settings.model, **{k: v for k, v in settings.model_kwargs.items()
+                                        if k != "num_classes"})
+    rates = {f: getattr(cfg, f) for f in ("drop_rate", "attn_drop_rate", "proj_drop_rate")
+             if getattr(cfg, f, 0.0)}
+    if rates:
+        raise ValueError("--backend numpy trains without dropout (stochastic depth is "
+                         "supported), but --model-arg sets "
+                         + ", ".join(f"{k}={v}" for k, v in rates.items()))
 
 
 def warmup_epochs(settings: TrainSettings) -> float:
@@ -374,14 +409,6 @@ def param_groups(model, weight_decay: float) -> list[dict]:
             {"params": no_decay, "weight_decay": 0.0}]
 
 
-def lr_at(step: int, total: int, warmup: int, base: float) -> float:
-    """Linear warm-up to ``base`` over ``warmup`` steps, then cosine decay to 0 at ``total``."""
-    if step < warmup:
-        return base * (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return 0.5 * base * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-
 def lr_schedule(optimizer, total: int, warmup: int, done: int = 0):
     """:func:`lr_at`'s curve as PyTorch's schedulers (``torch.optim.lr_scheduler``):
     ``LinearLR`` for the warm-up, then ``CosineAnnealingLR``, chained by ``SequentialLR``; the
@@ -428,7 +455,8 @@ def train_step(model, images, labels, optimizer, label_smoothing: float = 0.0,
         with (nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()):
             with torch.autocast(x.device.type, dtype=autocast_dtype or torch.bfloat16,
                                 enabled=autocast_dtype is not None):
-                logits = model(x).float()
+                logits = model(x)
+            logits = logits if logits.dtype == torch.float64 else logits.float()  # bf16 -> fp32
             loss = F.cross_entropy(logits, y, label_smoothing=label_smoothing,
                                    reduction="sum") / n
             loss.backward()
@@ -541,7 +569,8 @@ def train(settings: TrainSettings, resume: bool = False, overwrite: bool = False
     process group, and rank 0 alone logs and writes."""
     world = distributed.world_from_env()
     check_settings(settings, own_data=datasets is not None, world=world)
-    device = distributed.device_for(world, resolve_device(settings.device))
+    device = distributed.device_for(world, resolve_device(
+        "cpu" if settings.backend == "numpy" else settings.device))
     joined = distributed.join(world, device)
     try:
         return _train(settings, resume, overwrite, log if world.main else _quiet, on_epoch_end,
@@ -567,13 +596,18 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         distributed.shard(d, world), batch_size=max(256, share), num_workers=settings.workers)
         for d in (val_set, test_set))
     model.to(device)
-    optimizer = torch.optim.AdamW(param_groups(model, settings.weight_decay), lr=settings.lr)
-    if state is not None:
-        optimizer.load_state_dict(state["optimizer"])
     steps = len(train_loader)  # per epoch
-    schedule = lr_schedule(optimizer, settings.epochs * steps,
-                           round(warmup_epochs(settings) * steps), done=run.epoch * steps)
-    runner, evaluator = _runners(model, settings, device, world, log)
+    if settings.backend == "numpy":
+        runner, optimizer, schedule = _numpy_runner(model, settings, len(classes), state,
+                                                    steps, run.epoch)
+        evaluator = runner
+    else:
+        optimizer = torch.optim.AdamW(param_groups(model, settings.weight_decay), lr=settings.lr)
+        if state is not None:
+            optimizer.load_state_dict(state["optimizer"])
+        schedule = lr_schedule(optimizer, settings.epochs * steps,
+                               round(warmup_epochs(settings) * steps), done=run.epoch * steps)
+        runner, evaluator = _runners(model, settings, device, world, log)
     if out is not None and world.main:
         _write_run_start(out, settings, model, classes, run, overwrite and state is None)
     log(f"{settings.model}: {count_params(model):,} parameters, {len(train_set)} train / "
@@ -581,7 +615,8 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         f"{tuple(model.pretrained_cfg['input_size'])}, {len(classes)} classes, "
         f"{settings.epochs} epochs on {device}"
         f"{f' × {world.size} processes' if world.size > 1 else ''}"
-        f"{' (bf16 autocast)' if autocast_dtype is not None else ''}, "
+        f"{' (bf16 autocast)' if autocast_dtype is not None else ''}"
+        f"{' in NumPy' if settings.backend == 'numpy' else ''}, "
         f"{torch.get_num_threads()} thread(s)")
 
     # --- the loop: train an epoch, validate, keep the best, save
@@ -600,6 +635,8 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
                              optimizer, schedule, settings, epoch, world, device, autocast_dtype)
         val = evaluate_everywhere(evaluator, val_loader, device, autocast_dtype)
         record.update(val_loss=val["loss"], val_accuracy=val["accuracy"])
+        if settings.backend == "numpy":
+            runner.push(model)  # the weights that are kept and saved are the model's
         improved = run.add(record, model, time.perf_counter() - wall0,
                            time.process_time() - cpu0)
         if out is not None and world.main:
@@ -613,6 +650,8 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
 
     # --- save: test the selected checkpoint once, write metrics.json, then draw
     selected_epoch = run.select(model, settings.select)
+    if settings.backend == "numpy":
+        runner.pull(model)
     test = evaluate_everywhere(evaluator, test_loader, device, autocast_dtype)
     result = {
         "model": settings.model, "data": settings.data, "classes": classes,
@@ -647,6 +686,8 @@ def train_epoch(runner, batches, optimizer, schedule, settings: TrainSettings, e
     rate).  Its random streams start from ``(seed, epoch, rank)`` (:func:`epoch_seeds`)."""
     torch_seed, augment_seed = epoch_seeds(settings.seed, epoch, world.rank)
     torch.manual_seed(torch_seed)  # dropout, stochastic depth, the loader's workers
+    if settings.backend == "numpy":
+        runner.manual_seed(torch_seed)  # NumPy's stochastic depth
     augment = torch.Generator().manual_seed(augment_seed)
     runner.train()
     sums = np.zeros(4)  # loss, cross-entropy (both summed over images), correct, images
@@ -656,8 +697,11 @@ def train_epoch(runner, batches, optimizer, schedule, settings: TrainSettings, e
         images = random_affine(images, settings.rotate, settings.translate, settings.scale,
                                augment)
         lr = optimizer.param_groups[0]["lr"]
-        step = train_step(runner, images, labels, optimizer, settings.label_smoothing,
-                          autocast_dtype, settings.accum_steps)
+        if settings.backend == "numpy":
+            step = runner.step(images, labels, optimizer, settings.label_smoothing)
+        else:
+            step = train_step(runner, images, labels, optimizer, settings.label_smoothing,
+                              autocast_dtype, settings.accum_steps)
         schedule.step()
         sums += (step.loss * len(labels), step.cross_entropy * len(labels), step.correct,
                  len(labels))
@@ -852,6 +896,23 @@ def _runners(model, settings: TrainSettings, device, world, log):
     return runner, (model if world.size > 1 else runner)
 
 
+def _numpy_runner(model, settings: TrainSettings, num_classes: int, state, steps: int,
+                  epochs_done: int):
+    """``(runner, optimizer, schedule)`` of ``--backend numpy`` (``vit_scratch.numpy_backend``):
+    the NumPy twin of ``model`` (copies of its weights), its AdamW (restored when resuming)
+    and ``lr_at``'s schedule on it."""
+    from .numpy_backend import NumpyAdamW, NumpyRunner
+
+    kwargs = {**settings.model_kwargs, "num_classes": num_classes}
+    runner = NumpyRunner(model, settings.model, kwargs, threads=torch.get_num_threads)
+    optimizer = NumpyAdamW(runner, settings.lr, settings.weight_decay)
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+    schedule = LrSchedule(optimizer, settings.epochs * steps,
+                          round(warmup_epochs(settings) * steps), done=epochs_done * steps)
+    return runner, optimizer, schedule
+
+
 def _write_run_start(out: Path, settings, model, classes, run, replace: bool) -> None:
     """Once everything is set up: the old run's files gone (``--overwrite``), settings.json,
     and metrics.csv as the saved history has it (a resumed run)."""
@@ -968,6 +1029,10 @@ def main(argv=None) -> dict:
         if not world.main:  # rank 0 says it
             raise SystemExit(2) from None
         parser.error(str(error))  # usage + the message, exit status 2
+    except FloatingPointError as error:  # a loss or gradient that is not finite (NumPy backend)
+        if world.main:
+            print(f"error: {error}; the run folder keeps the last finished epoch", file=sys.stderr)
+        raise SystemExit(1) from None
     except KeyboardInterrupt:
         if world.main:
             if out is not None and (Path(out) / STATE).exists():

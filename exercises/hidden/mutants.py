@@ -42,6 +42,7 @@ def M(name, exercise, module, *edits, expect):
 
 E01, E02, E03, E04 = "ex01_patch_embedding", "ex02_self_attention", "ex03_vision_transformer", "ex04_layerscale"
 E05, E06, E07, E08 = "ex05_class_attention", "ex06_factorized_attention", "ex07_conv_position_encoding", "ex08_coscale"
+E10 = "ex10_backprop"
 
 MUTANTS = [
     # notebook 01
@@ -186,4 +187,25 @@ MUTANTS = [
       ("img = img.transpose(1, 2).reshape(B, C, H, W)", "img = img.reshape(B, C, H, W)"),
       ("torch.cat([cls, img.flatten(2).transpose(1, 2)], dim=1)", "torch.cat([cls, img.reshape(B, -1, C)], dim=1)"),
       expect="channels-last"),
+    # notebook 10
+    M("LayerNorm backward: the mean term forgotten", "10.1", E10,
+      ("dx = (g - g.mean(axis=-1, keepdims=True)\n          - xhat", "dx = (g\n          - xhat"),
+      expect="mean term is forgotten"),
+    M("LayerNorm backward: dweight summed over the first axis only", "10.1", E10,
+      ("return dx, (dout * xhat).sum(axis=lead), dout.sum(axis=lead)",
+       "return dx, (dout * xhat).sum(axis=0), dout.sum(axis=0)"), expect="wrong axis"),
+    M("softmax backward: the Jacobian without its diagonal", "10.2", E10,
+      ("return p * (dout - (dout * p).sum(axis=axis, keepdims=True))",
+       "return -p * (dout * p).sum(axis=axis, keepdims=True)"), expect="missing its diagonal"),
+    M("softmax backward: summed over the last axis", "10.2", E10,
+      ("return p * (dout - (dout * p).sum(axis=axis, keepdims=True))",
+       "return p * (dout - (dout * p).sum(axis=-1, keepdims=True))"), expect="summed over the last axis"),
+    M("class attention backward: the query path of the class token forgotten", "10.3", E10,
+      ("dx[:, :1] += dq @ q_weight", "dx[:, :1] += 0.0"), expect="query path"),
+    M("class attention backward: weight gradients averaged over the batch", "10.3", E10,
+      ('dk_weight = np.einsum("bnc,bne->ce", dk, x)', 'dk_weight = np.einsum("bnc,bne->ce", dk, x) / B'),
+      expect="averaged over the batch"),
+    M("factorized attention backward: softmax backward summed over the channels", "10.4", E10,
+      ("dk = kt * (dkt - (dkt * kt).sum(axis=-2, keepdims=True))",
+       "dk = kt * (dkt - (dkt * kt).sum(axis=-1, keepdims=True))"), expect="summed over the channels"),
 ]

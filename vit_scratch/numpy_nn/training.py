@@ -6,8 +6,8 @@ one optimisation step -- the PyTorch trainer's recipe (``vit_scratch.train``), w
     rng = np.random.default_rng(0)                         # stochastic depth's coin flips
     for step, (images, labels) in enumerate(batches):
         lr = lr_at(step, total, warmup, base=1.5e-3)       # warm-up, then cosine
-        loss, correct = train_step(model, optimizer, images, labels, lr,
-                                   label_smoothing=0.1, rng=rng)
+        loss, correct, cross_entropy = train_step(model, optimizer, images, labels, lr,
+                                                  label_smoothing=0.1, rng=rng)
 
 What each piece mirrors, so a NumPy run and a PyTorch run of the same recipe take the same steps:
 
@@ -19,7 +19,8 @@ What each piece mirrors, so a NumPy run and a PyTorch run of the same recipe tak
   order of operations;
 * :func:`decays`: the trainer's ``param_groups`` rule -- weight decay on tensors of two or more
   dimensions, except the model's own tokens and embeddings;
-* :func:`lr_at`: the trainer's schedule, linear warm-up then cosine decay to 0.
+* ``lr_at``: the trainers' one schedule (``vit_scratch.schedule``), linear warm-up then cosine
+  decay to 0.
 
 The NumPy room trains with stochastic depth but no dropout (``backprop.check_trainable``).
 """
@@ -27,24 +28,17 @@ from __future__ import annotations
 
 import math
 import threading
+from typing import NamedTuple
 
 import numpy as np
 
 from .. import validation
+from ..schedule import lr_at
 from .backprop import trainable_params
 from ._fast import split_batch
-from .layers import cross_entropy_backward, cross_entropy_forward
+from .layers import cross_entropy, cross_entropy_backward, cross_entropy_forward
 
-__all__ = ["AdamW", "decays", "loss_and_grads", "lr_at", "train_step", "trainable_params"]
-
-
-def lr_at(step: int, total: int, warmup: int, base: float) -> float:
-    """Linear warm-up to ``base`` over ``warmup`` steps, then cosine decay to 0 at ``total``
-    (the PyTorch trainer's ``vit_scratch.train.lr_at``, tested equal)."""
-    if step < warmup:
-        return base * (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return 0.5 * base * (1.0 + math.cos(math.pi * min(1.0, progress)))
+__all__ = ["AdamW", "Step", "decays", "loss_and_grads", "lr_at", "train_step", "trainable_params"]
 
 
 def decays(key: str, value: np.ndarray) -> bool:
@@ -224,10 +218,18 @@ class _ChunkDraws:
         return self.shared.draw(self.count - 1)[self.lo:self.hi]
 
 
+class Step(NamedTuple):
+    """What :func:`train_step` returns, as the PyTorch trainer's ``train_step``."""
+
+    loss: float  # the objective: cross-entropy with label smoothing
+    correct: int  # predictions that were right
+    cross_entropy: float  # the plain cross-entropy, comparable with the validation loss
+
+
 def train_step(model, optimizer: AdamW, images, labels, lr: float, label_smoothing: float = 0.0,
-               rng=None, threads: int = 1) -> tuple[float, int]:
+               rng=None, threads: int = 1) -> Step:
     """One optimisation step on a batch: forward, loss, backward, AdamW at learning rate ``lr``.
-    Returns (loss, number of correct predictions), as the PyTorch trainer's ``train_step``.
+    Returns ``Step(loss, correct, cross_entropy)``, as the PyTorch trainer's ``train_step``.
 
     A loss or gradient that is not finite stops training with a ``FloatingPointError`` naming
     the step, *before* the update: the weights stay those of the last good step."""
@@ -241,4 +243,6 @@ def train_step(model, optimizer: AdamW, images, labels, lr: float, label_smoothi
         raise FloatingPointError(f"the gradient of {bad[0]} is not finite at step {step} (loss "
                                  f"{loss:.4g}); training stopped before the update")
     optimizer.step(grads, lr)
-    return loss, int((logits.argmax(axis=-1) == np.asarray(labels)).sum())
+    labels = np.asarray(labels)
+    plain = loss if label_smoothing == 0 else float(cross_entropy(logits, labels))
+    return Step(loss, int((logits.argmax(axis=-1) == labels).sum()), plain)

@@ -1,0 +1,210 @@
+"""``python -m vit_scratch.train --backend numpy``: the NumPy room trains.
+
+Step equivalence: with stochastic depth and augmentation off, the same initial weights and the
+same batches, twenty steps of the NumPy trainer (``numpy_backend``: the NumPy room's backward
+passes and AdamW, ``schedule.LrSchedule``) take the PyTorch trainer's losses (``train.train_step``,
+``torch.optim.AdamW`` on ``train.param_groups``, ``train.lr_schedule``) and end at its weights,
+for a ViT, a CaiT and a CoaT-Lite.  Then whole runs: the same history and run folder as the
+PyTorch backend, resume, a NaN stopping the run without touching the saved epoch, and the
+options the NumPy backend refuses.  Models are tiny (one block, 16 channels).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import vit_scratch
+from vit_scratch import numpy_backend
+from vit_scratch.numpy_nn import training
+from vit_scratch.run_folder import BEST, CHECKPOINT, METRICS, load_model, load_state
+from vit_scratch.schedule import LrSchedule, lr_at
+from vit_scratch.train import (TrainSettings, check_settings, lr_schedule, param_groups, train,
+                               train_step)
+from vit_scratch.weights import read_state_dict
+
+TINY = {
+    "vit_digits": dict(embed_dim=16, depth=1, num_heads=2, drop_path_rate=0.0),
+    "cait_digits": dict(embed_dim=16, depth=1, depth_token_only=1, num_heads=2,
+                        init_values=0.1, drop_path_rate=0.0),
+    "coat_lite_digits": dict(embed_dims=(8, 8, 16, 16), drop_path_rate=0.0),
+}
+STEPS, BATCH = 20, 8
+#: Loss: relative error.  Weights: max |NumPy - PyTorch| over the tensor's largest entry.
+TOL = {torch.float64: 1e-9, torch.float32: 1e-4}
+
+
+def comparable(key: str, value: np.ndarray) -> np.ndarray | None:
+    """The part of a tensor two exact-arithmetic-equal runs must agree on.  An attention's key
+    bias has a zero gradient (a shift shared by all keys leaves the softmax over the keys -- or,
+    in factorized attention, over the tokens -- unchanged), so both runs' "gradients" are
+    rounding noise, and in float32 AdamW turns noise over an eps-sized average into steps of
+    up to lr: the query and value parts of a fused qkv bias are compared, a separate key bias
+    is not."""
+    if key.endswith("qkv.bias"):
+        d = len(value) // 3
+        return np.concatenate([value[:d], value[2 * d:]])
+    if key.endswith(".k.bias"):
+        return None
+    return value
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("name", list(TINY))
+def test_twenty_steps_equal_the_pytorch_trainers(name, dtype):
+    torch.manual_seed(0)
+    model = vit_scratch.create_model(name, **TINY[name]).to(dtype)
+    vit_scratch.randomize_weights_(model, seed=1)
+    initial = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    runner = numpy_backend.NumpyRunner(model, name, TINY[name])
+    weights = runner.model.params
+    assert all(not np.shares_memory(weights[k], v.numpy()) for k, v in model.state_dict().items())
+    assert all(v.dtype == model.state_dict()[k].numpy().dtype for k, v in weights.items())
+    optimizer = torch.optim.AdamW(param_groups(model, 0.3), lr=1.5e-3)
+    schedule = lr_schedule(optimizer, STEPS, 4)
+    np_optimizer = numpy_backend.NumpyAdamW(runner, 1.5e-3, 0.3)
+    np_schedule = LrSchedule(np_optimizer, STEPS, 4)
+    size = model.pretrained_cfg["input_size"]
+    gen = torch.Generator().manual_seed(2)
+    model.train()
+    runner.train()
+    for step in range(STEPS):
+        images = torch.randn(BATCH, *size, generator=gen, dtype=dtype)
+        labels = torch.randint(0, model.num_classes, (BATCH,), generator=gen)
+        lr = optimizer.param_groups[0]["lr"]
+        assert math.isclose(np_optimizer.param_groups[0]["lr"], lr, rel_tol=1e-12)
+        ours = runner.step(images, labels, np_optimizer, label_smoothing=0.1)
+        theirs = train_step(model, images, labels, optimizer, label_smoothing=0.1)
+        schedule.step()
+        np_schedule.step()
+        assert abs(ours.loss - theirs.loss) <= TOL[dtype] * abs(theirs.loss), step
+        assert abs(ours.cross_entropy - theirs.cross_entropy) <= TOL[dtype] * theirs.cross_entropy
+        assert ours.correct == theirs.correct or dtype == torch.float32
+    assert np_optimizer.adamw.steps == STEPS
+    moved = []
+    for key, value in model.state_dict().items():
+        a, b = comparable(key, weights[key]), comparable(key, value.numpy())
+        if a is None:
+            continue
+        assert np.abs(a - b).max() <= TOL[dtype] * np.abs(b).max(), key
+        moved.append(not np.array_equal(b, comparable(key, initial[key])))
+    # the comparison means something: training moved the weights (a few tensors have a zero
+    # gradient, e.g. talking heads' bias before the softmax, the smallest grid's CRPE bias)
+    assert np.mean(moved) > 0.8
+    runner.push(model)  # and back: the PyTorch model now holds the NumPy weights exactly
+    assert all(np.array_equal(v.numpy(), weights[k]) for k, v in model.state_dict().items())
+
+
+def test_schedule_is_one_function():
+    """Both trainers import one ``lr_at``; ``LrSchedule`` follows it step by step."""
+    from vit_scratch import train as torch_trainer
+
+    assert training.lr_at is lr_at and torch_trainer.lr_at is lr_at
+
+    class Opt:
+        param_groups = [{"lr": 2.0}]
+
+    schedule = LrSchedule(Opt, 10, 3, done=2)
+    got = []
+    for _ in range(8):
+        got.append(Opt.param_groups[0]["lr"])
+        schedule.step()
+    assert got == [lr_at(step, 10, 3, 2.0) for step in range(2, 10)]
+
+
+# --- whole runs ---------------------------------------------------------------------------------
+
+RUN = dict(model="vit_digits", model_kwargs=dict(TINY["vit_digits"]), epochs=2, batch_size=64,
+           lr=2e-2, warmup_epochs=0.5, rotate=0.0, translate=0.0, scale=0.0, device="cpu",
+           progress="off", threads=1)
+
+
+def quiet(*_):
+    pass
+
+
+@pytest.fixture(scope="module")
+def numpy_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("numpy_run")
+    settings = TrainSettings(**RUN, backend="numpy", out=str(out))
+    return settings, train(settings, log=quiet)
+
+
+def test_a_numpy_run_is_the_pytorch_run(numpy_run):
+    """Two epochs of the digits in both backends: the same history (float32 rounding apart),
+    the same test accuracy, and a run folder whose checkpoint loads in both rooms."""
+    settings, ours = numpy_run
+    theirs = train(TrainSettings(**RUN, backend="torch"), log=quiet)
+    for a, b in zip(ours["history"], theirs["history"]):
+        for key in ("train_loss", "train_cross_entropy", "val_loss"):
+            assert abs(a[key] - b[key]) <= 1e-4 * b[key], key
+        assert math.isclose(a["lr"], b["lr"], rel_tol=1e-12)
+    assert ours["test_accuracy"] == theirs["test_accuracy"] > 0.3
+    out = ours["out"]
+    assert {p.name for p in out.iterdir()} >= {CHECKPOINT, BEST, METRICS, "metrics.csv",
+                                               "curves.png", "settings.json"}
+    assert load_state(out)["settings"]["backend"] == "numpy"
+    model = load_model(out / CHECKPOINT)  # the PyTorch room
+    np_model = vit_scratch.create_numpy_model(
+        "vit_digits", vit_scratch.state_dict_to_numpy(read_state_dict(out / CHECKPOINT)),
+        **TINY["vit_digits"])
+    images = torch.randn(4, 1, 24, 24, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = model(images).numpy()
+    assert np.abs(np_model(images.numpy()) - expected).max() <= 1e-4
+
+
+def test_a_numpy_run_resumes(numpy_run, tmp_path):
+    """``--resume --epochs 3`` continues with the saved AdamW state; the backend cannot change."""
+    settings, first = numpy_run
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(first["out"], out)
+    with pytest.raises(ValueError, match=r"--backend 'torch' \(the run has 'numpy'\)"):
+        train(TrainSettings(**{**RUN, "epochs": 3}, backend="torch", out=str(out)),
+              resume=True, log=quiet)
+    again = train(TrainSettings(**{**RUN, "epochs": 3}, backend="numpy", out=str(out)),
+                  resume=True, log=quiet)
+    assert [h["epoch"] for h in again["history"]] == [1, 2, 3]
+    assert again["history"][:2] == first["history"]
+    assert again["history"][2]["train_loss"] < first["history"][1]["train_loss"]
+
+
+def test_a_nan_stops_the_run_and_keeps_the_saved_epoch(tmp_path, monkeypatch):
+    """A weight turned NaN after epoch 1: the first step of epoch 2 stops with its number and
+    the run folder keeps epoch 1's finite checkpoint."""
+    runners = []
+    init = numpy_backend.NumpyRunner.__init__
+
+    def record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        runners.append(self)
+
+    monkeypatch.setattr(numpy_backend.NumpyRunner, "__init__", record)
+
+    def poison(epoch, record):
+        runners[0].model.params["head.bias"][0] = np.nan
+
+    settings = TrainSettings(**RUN, backend="numpy", out=str(tmp_path))
+    steps = math.ceil(1294 / RUN["batch_size"])
+    with pytest.raises(FloatingPointError, match=rf"the loss is nan at step {steps + 1}; "):
+        train(settings, log=quiet, on_epoch_end=poison)
+    saved = read_state_dict(tmp_path / CHECKPOINT)
+    assert all(torch.isfinite(v).all() for v in saved.values())
+    assert load_state(tmp_path)["epoch"] == 1
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(compile=True), "does not take --compile True"),
+    (dict(precision="bf16"), "does not take --precision bf16"),
+    (dict(device="cuda"), "does not take --device cuda"),
+    (dict(accum_steps=2), "does not take --accum-steps 2"),
+    (dict(model_kwargs={"drop_rate": 0.1}), "trains without dropout .* drop_rate=0.1"),
+    (dict(backend="jax"), "--backend must be 'torch' or 'numpy', got 'jax'"),
+])
+def test_numpy_backend_refuses_what_it_cannot_do(change, message):
+    with pytest.raises(ValueError, match=message):
+        check_settings(TrainSettings(**{**RUN, "backend": "numpy", **change}))
