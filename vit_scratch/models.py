@@ -1,7 +1,6 @@
 """The model factory: a name leads to its family's classes through one table.
 
     create_model("vit_tiny_patch16_224", num_classes=10)          # PyTorch nn.Module
-    create_model("deit_tiny_patch16_224", pretrained=True, num_classes=4)   # timm's weights
     create_numpy_model("vit_tiny_patch16_224", params)            # NumPy model
     list_models(), get_config(name), get_pretrained_cfg(name)
 
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import os
 import re
 from dataclasses import dataclass
 from types import ModuleType
@@ -102,91 +100,33 @@ def get_pretrained_cfg(name: str, **kwargs) -> dict:
     return spec.pretrained_cfg_for(spec.config(**kwargs))
 
 
-def _weights_file(name: str, pretrained, checkpoint_path, cache_dir):
-    """The file ``create_model``'s keywords ask to load (None: random weights), checked before
-    anything is built: ``pretrained=True`` downloads ``name``'s published weights (``hub``)."""
-    from . import validation
-
-    pretrained = validation.check_bool(pretrained, "pretrained")
-    if checkpoint_path is not None and not isinstance(checkpoint_path, (str, os.PathLike)):
-        raise ValueError(f"checkpoint_path must be a str or a path, got "
-                         f"{type(checkpoint_path).__name__}")
-    if pretrained and checkpoint_path is not None:
-        raise ValueError(f"pretrained=True and checkpoint_path={str(checkpoint_path)!r} both say "
-                         f"where the weights come from: give one (pretrained=True: {name}'s "
-                         f"published weights; checkpoint_path: a file)")
-    if pretrained:
-        from . import hub
-
-        hub.hub_source(name)  # a name without published weights: ValueError, before anything
-        return None
-    return checkpoint_path
-
-
-def create_model(name: str, pretrained: bool = False, checkpoint_path=None, cache_dir=None,
-                 **kwargs):
-    """Build the PyTorch model ``name``: randomly initialised (to train from scratch), or with
-    weights, as timm's ``create_model``:
-
-    * ``pretrained=True``: the weights timm publishes for ``name`` on the Hugging Face Hub
-      (``pip install -e '.[hub]'``; downloaded once into the Hugging Face cache, or
-      ``cache_dir``; see ``vit_scratch.hub``);
-    * ``checkpoint_path=FILE``: a file of ours or timm's (safetensors, or a PyTorch file read
-      with ``weights_only=True``).
-
-    Both load strictly, except that a head for another ``num_classes`` than the file's is
-    replaced by a fresh one (a warning says so): ``create_model("cait_xxs24_224",
-    pretrained=True, num_classes=4)`` is a starting point for fine-tuning on 4 classes.
+def create_model(name: str, **kwargs):
+    """Build the PyTorch model ``name`` (randomly initialised, as for training from scratch).
 
     kwargs override the name's config fields (``num_classes``, ``img_size``, ``in_chans``,
-    ``drop_path_rate`` and the family's own: ``get_config(name)`` shows them all); a
-    position embedding of another size is resized on load.
+    ``drop_path_rate`` and the family's own: ``get_config(name)`` shows them all).
+    Load weights with ``vit_scratch.load_checkpoint(model, path)``, or build the model with
+    them: ``vit_scratch.create_model`` (``vit_scratch.hub.create_model``) adds timm's
+    ``pretrained=`` and ``checkpoint_path=`` to this.
     """
     family, spec = lookup(name)
-    path = _weights_file(name, pretrained, checkpoint_path, cache_dir)
     cfg = spec.config(**kwargs)
-    if pretrained:
-        from . import hub
-
-        path = hub.download(name, cache_dir)
     model = family.torch_class()(cfg)
     model.pretrained_cfg = spec.pretrained_cfg_for(cfg)
-    if path is not None:
-        from .weights import load_pretrained
-
-        load_pretrained(model, path)
     return model
 
 
-def create_numpy_model(name: str, params: dict | None = None, pretrained: bool = False,
-                       checkpoint_path=None, cache_dir=None, **kwargs):
+def create_numpy_model(name: str, params: dict, **kwargs):
     """Build the NumPy model ``name`` from ``params``, a dict of arrays keyed like the PyTorch
-    ``state_dict`` (``vit_scratch.state_dict_to_numpy(model.state_dict())``), or from a file:
-    ``checkpoint_path=FILE`` or ``pretrained=True``, as for :func:`create_model` (reading a
-    file uses PyTorch's reader; the model it builds does not).
+    ``state_dict`` (``vit_scratch.state_dict_to_numpy(model.state_dict())``).
 
     Returns a callable model: images (B, C, H, W) ndarray -> logits (B, num_classes) ndarray.
-    Missing, unexpected or mis-shaped keys raise a ``ValueError`` that lists them: a file
-    loads strictly, its head included (``num_classes`` must be the file's).
+    Missing, unexpected or mis-shaped keys raise a ``ValueError`` that lists them.
+    ``vit_scratch.create_numpy_model`` (``vit_scratch.hub.create_numpy_model``) also takes
+    ``checkpoint_path=`` or ``pretrained=True`` instead of ``params``.
     """
     family, spec = lookup(name)
-    path = _weights_file(name, pretrained, checkpoint_path, cache_dir)
-    given = params is not None
-    if given and (pretrained or path is not None):
-        raise ValueError("give params, checkpoint_path or pretrained=True, not several: each "
-                         "says where the weights come from")
-    if not given and not pretrained and path is None:
-        raise ValueError(f"create_numpy_model({name!r}) needs weights: params (a dict of "
-                         f"arrays), checkpoint_path=FILE or pretrained=True")
     cfg = spec.config(**kwargs)
-    if not given:
-        from .weights import read_state_dict, state_dict_to_numpy
-
-        if pretrained:
-            from . import hub
-
-            path = hub.download(name, cache_dir)
-        params = state_dict_to_numpy(read_state_dict(path))
     if hasattr(params, "keys") and hasattr(params, "get"):  # a dict: another family's params?
         shapes = {k: getattr(v, "shape", ()) for k, v in params.items()}
         message = other_family_message(shapes, family, f"params for {name}")
