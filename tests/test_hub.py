@@ -246,3 +246,9 @@ def test_saved_checkpoints_load_into_timm_strictly(tmp_path, name):
         expected = theirs(x)
         assert expected.abs().max() > 1e-2
         assert max_abs_diff(ours(x), expected) < 1e-5
+    if name in NAMES:  # timm's own one-liner (docs/training.md), one name per family
+        import timm
+
+        again = timm.create_model(name, checkpoint_path=tmp_path / "ours.safetensors", **kwargs)
+        with torch.no_grad():
+            assert torch.equal(again.eval()(x), expected)
