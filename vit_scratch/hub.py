@@ -157,8 +157,10 @@ def create_numpy_model(name: str, params: dict | None = None, pretrained: bool =
         raise ValueError("give params, checkpoint_path or pretrained=True, not several: each "
                          "says where the weights come from")
     if not given and not pretrained and path is None:
-        raise ValueError(f"create_numpy_model({name!r}) needs weights: params (a dict of "
-                         f"arrays), checkpoint_path=FILE or pretrained=True")
+        raise ValueError(f"params for {name} must be a dict of NumPy arrays keyed like the "
+                         f"PyTorch state_dict (vit_scratch.state_dict_to_numpy(model."
+                         f"state_dict())), got NoneType; or load a file: checkpoint_path=FILE "
+                         f"or pretrained=True")
     models.get_config(name, **kwargs)  # bad kwargs: refused before anything is downloaded
     if not given:
         from .weights import read_state_dict, state_dict_to_numpy

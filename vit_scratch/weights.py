@@ -425,8 +425,9 @@ def load_pretrained(model: nn.Module, path) -> nn.Module:
         target.reset_classifier(wanted)  # a fresh head, whether the rest loaded or not
     new_head = (f"a new, randomly initialised head of {wanted} classes" if wanted
                 else "no head (num_classes=0)")
-    warnings.warn(f"checkpoint {str(path)!r}: its head {prefix} has {n_file} classes, the model "
-                  f"{wanted}; loaded everything else strictly, with {new_head}", stacklevel=2)
+    warnings.warn(f"checkpoint {str(path)!r}: its classifier head ({key}) has {n_file} classes, "
+                  f"the model {wanted}; loaded everything else strictly, with {new_head}",
+                  stacklevel=2)
     return model
 
 
