@@ -189,6 +189,20 @@ def test_trainer_starts_from_the_cached_weights(hub_cache, offline, monkeypatch)
             torch.testing.assert_close(value, stored[key], rtol=0, atol=1e-6)
 
 
+def test_trainer_without_the_cached_weights_offline_says_what_to_download(tmp_path, offline,
+                                                                          monkeypatch):
+    from vit_scratch.train import TrainSettings, train
+
+    monkeypatch.setattr(offline, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    settings = TrainSettings(model="deit_tiny_patch16_224", pretrained=True, device="cpu",
+                             progress="off", threads=1, out=str(tmp_path / "run"))
+    with pytest.raises(FileNotFoundError, match=r"--pretrained: offline mode is on .* pass its "
+                                                r"path: .* \(the trainer: --model "
+                                                r"deit_tiny_patch16_224 --init model.safetensors"):
+        train(settings, log=lambda *_: None)
+    assert not list((tmp_path / "run").glob("*"))  # nothing written
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["--pretrained", "--init", "w.safetensors"], "--pretrained and --init 'w.safetensors' both"),
     (["--pretrained"], "--pretrained: --model vit_digits has no published weights; these names "

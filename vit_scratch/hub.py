@@ -58,17 +58,17 @@ def download_instructions(name: str) -> str:
             f"--model {name} --init {filename})")
 
 
-def download(name: str, cache_dir=None) -> Path:
+def download(name: str, cache_dir=None, option: str = "pretrained=True") -> Path:
     """The local path of ``name``'s published weights, downloaded into the Hugging Face cache
-    the first time (``cache_dir``: another cache folder, as timm's ``cache_dir``).
+    the first time (``cache_dir``: another cache folder, as timm's ``cache_dir``).  ``option``
+    is how the caller's user asked for them, in messages (the trainer: ``--pretrained``).
 
     Raises ``ValueError`` for a name without published weights (before anything else),
     ``ModuleNotFoundError`` naming the ``[hub]`` extra without ``huggingface_hub``, and
     ``FileNotFoundError`` naming the repository, the file and ``checkpoint_path=`` when the
     file is neither reachable (offline, ``HF_HUB_OFFLINE=1``, no connection) nor cached."""
     repo, filename = hub_source(name)
-    hub = require("huggingface_hub", f"pretrained=True ({name}'s weights from the Hugging "
-                                     f"Face Hub)")
+    hub = require("huggingface_hub", f"{option} ({name}'s weights from the Hugging Face Hub)")
     from huggingface_hub.utils import (EntryNotFoundError, LocalEntryNotFoundError,
                                        RepositoryNotFoundError)
 
@@ -79,11 +79,11 @@ def download(name: str, cache_dir=None) -> Path:
         why = ("offline mode is on (HF_HUB_OFFLINE=1)" if hub.constants.HF_HUB_OFFLINE
                else "the Hugging Face Hub could not be reached")
         raise FileNotFoundError(
-            f"pretrained=True: {why} and {filename} of {repo} is not in the cache "
+            f"{option}: {why} and {filename} of {repo} is not in the cache "
             f"{str(cache)!r}; {download_instructions(name)}") from error
     except (RepositoryNotFoundError, EntryNotFoundError) as error:
         raise FileNotFoundError(
-            f"pretrained=True: the Hugging Face Hub has no {filename} in {repo} "
+            f"{option}: the Hugging Face Hub has no {filename} in {repo} "
             f"({type(error).__name__}); {download_instructions(name)}") from error
 
 

@@ -796,14 +796,15 @@ def _model_for_the_data(settings: TrainSettings, datasets, state: dict | None, o
     run's model with its saved weights, after checking that the data has the run's classes."""
     classes = class_names(datasets[0]) if datasets is not None else data_classes(settings.data)
     if state is None:
-        torch.manual_seed(settings.seed)
-        model = build_model(settings, len(classes))
-        if settings.init is not None:
-            init_from(model, settings.init)
-        elif settings.pretrained:
+        start = settings.init
+        if settings.pretrained:  # fetched (or found in the cache) before anything is built
             from . import hub
 
-            init_from(model, hub.download(settings.model))
+            start = hub.download(settings.model, option="--pretrained")
+        torch.manual_seed(settings.seed)
+        model = build_model(settings, len(classes))
+        if start is not None:
+            init_from(model, start)
         return model, classes
     saved = state["settings"]
     model = build_model(settings, len(state["classes"]))
