@@ -261,9 +261,12 @@ def test_saved_checkpoints_load_into_timm_strictly(tmp_path, name):
         expected = theirs(x)
         assert expected.abs().max() > 1e-2
         assert max_abs_diff(ours(x), expected) < 1e-5
-    if name in NAMES:  # timm's own one-liner (docs/training.md), one name per family
+    if name in NAMES:  # timm's own one-liner (docs/training.md), and a .pth file
         import timm
 
         again = timm.create_model(name, checkpoint_path=tmp_path / "ours.safetensors", **kwargs)
+        vit_scratch.save_checkpoint(ours, tmp_path / "ours.pth")
+        theirs.load_state_dict(torch.load(tmp_path / "ours.pth", weights_only=True), strict=True)
         with torch.no_grad():
             assert torch.equal(again.eval()(x), expected)
+            assert torch.equal(theirs(x), expected)

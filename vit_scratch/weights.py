@@ -436,9 +436,9 @@ def save_checkpoint(model_or_state_dict, path, class_names=None) -> None:
 
     Every key of the state_dict is saved, so that the file loads into the matching timm model
     with ``load_state_dict(strict=True)``: a tensor the model uses under several names (CoaT's
-    shared modules) is written once per name, as copies in a safetensors file (which refuses
-    shared memory); ``load_checkpoint`` puts the sharing back and refuses copies that differ.
-    Wrapper prefixes
+    shared modules) is written under each name: as copies in a safetensors file (which refuses
+    shared memory), once in a ``.pth`` file (``torch.save`` keeps the sharing).
+    ``load_checkpoint`` puts the sharing back and refuses copies that differ.  Wrapper prefixes
     (``_orig_mod.`` of ``torch.compile``, ``module.`` of DDP) are not saved.  A safetensors file
     records in its metadata the position embedding's patch grid (so that a non-square grid is
     resized correctly on load) and, for a model built by ``create_model``, its name, its
@@ -457,12 +457,6 @@ def save_checkpoint(model_or_state_dict, path, class_names=None) -> None:
     if bad:
         raise ValueError(f"save_checkpoint saves tensors only; these entries are not: "
                          f"{', '.join(map(repr, bad[:6]))}")
-    seen, tensors = set(), {}
-    for key, t in sd.items():
-        t = t.detach().cpu().contiguous()
-        storage = t.untyped_storage().data_ptr()
-        tensors[strip_wrapper_prefixes(key)] = t.clone() if storage in seen else t  # an alias
-        seen.add(storage)
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(f"path must be a str or a path, got {type(path).__name__}")
     path = Path(path)
@@ -473,6 +467,13 @@ def save_checkpoint(model_or_state_dict, path, class_names=None) -> None:
         raise FileNotFoundError(f"cannot save checkpoint {str(path)!r}: the folder "
                                 f"{str(path.parent)!r} does not exist (create it first: "
                                 f"Path({str(path.parent)!r}).mkdir(parents=True))")
+    seen, tensors = set(), {}
+    for key, t in sd.items():
+        t = t.detach().cpu().contiguous()
+        storage = t.untyped_storage().data_ptr()
+        alias = storage in seen and suffix in SAFETENSORS_SUFFIXES
+        tensors[strip_wrapper_prefixes(key)] = t.clone() if alias else t
+        seen.add(storage)
     if suffix in SAFETENSORS_SUFFIXES:
         from safetensors.torch import save_file
 
