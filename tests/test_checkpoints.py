@@ -310,8 +310,8 @@ def test_safetensors_round_trip_with_shared_tensors(tmp_path, name):
     np_model = vit_scratch.create_numpy_model(name, file_params, **kwargs)
     with torch.no_grad():
         assert max_abs_diff(np_model(x.numpy()), source(x)) < 1e-4
-    # a file that stores each shared tensor once (as this library's files did) loads in both
-    # rooms: the aliases are filled in
+    # a file that stores each shared tensor once (safetensors' save_model writes such files)
+    # loads in both rooms: the aliases are filled in
     from safetensors.torch import save_file
 
     aliases = {k for group in lookup(name)[0].spec.shared_keys(source.cfg) for k in group[1:]}

@@ -81,12 +81,15 @@ def test_pretrained_loads_the_cached_file_offline(hub_cache, offline, name):
     from_file = vit_scratch.create_model(name, checkpoint_path=files[name], **KWARGS[name]).eval()
     np_model = vit_scratch.create_numpy_model(name, pretrained=True, cache_dir=root,
                                               **KWARGS[name])
+    np_from_file = vit_scratch.create_numpy_model(name, checkpoint_path=files[name],
+                                                  **KWARGS[name])
     with torch.no_grad():
         expected = direct(x)
         assert expected.abs().max() > 1e-2  # random weights, not an untouched init
         assert torch.equal(pretrained(x), expected)
         assert torch.equal(from_file(x), expected)
     assert max_abs_diff(np_model(x.numpy()), expected) < 1e-4
+    assert max_abs_diff(np_from_file(x.numpy()), expected) < 1e-4
     fresh = vit_scratch.create_model(name, **KWARGS[name]).eval()
     with torch.no_grad():
         assert max_abs_diff(fresh(x), expected) > 1e-3  # pretrained=False: not the file
