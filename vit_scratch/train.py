@@ -321,6 +321,14 @@ def check_settings(settings: TrainSettings, own_data: bool = False,
                          f"{share} images of a batch into more parts than images")
 
 
+def warmup_epochs(settings: TrainSettings) -> float:
+    """``settings.warmup_epochs``, or its default: 2 epochs, or a tenth of the run if that is
+    less."""
+    if settings.warmup_epochs is None:
+        return min(2.0, settings.epochs / 10)
+    return settings.warmup_epochs
+
+
 def check_pretrained(settings: TrainSettings) -> None:
     """``--pretrained``: not with ``--init``, a ``--model`` with published weights, and
     huggingface_hub installed."""
@@ -335,14 +343,6 @@ def check_pretrained(settings: TrainSettings) -> None:
                          f"these names have: {', '.join(hub.pretrained_names())} (or start from "
                          f"a file of your own with --init FILE)")
     require("huggingface_hub", "--pretrained (weights from the Hugging Face Hub)")
-
-
-def warmup_epochs(settings: TrainSettings) -> float:
-    """``settings.warmup_epochs``, or its default: 2 epochs, or a tenth of the run if that is
-    less."""
-    if settings.warmup_epochs is None:
-        return min(2.0, settings.epochs / 10)
-    return settings.warmup_epochs
 
 
 def auto_threads(world: distributed.World = distributed.World(), own: int = 0) -> int:
