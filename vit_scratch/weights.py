@@ -376,7 +376,7 @@ def load_checkpoint(model: nn.Module, path, strict: bool = True,
                     f"not fit its own pos_embed: damaged metadata? Pass pos_embed_grid=(rows, "
                     f"cols) to say the grid it was trained on ({error})") from None
             raise
-    for group in shared_keys(target):  # files store a shared tensor once: fill in its aliases
+    for group in shared_keys(target):  # the aliases must agree; a file may leave them out
         present = [k for k in group if k in state_dict]
         for k in present[1:]:
             if not torch.equal(state_dict[k], state_dict[present[0]]):
