@@ -119,13 +119,14 @@ class _Shared(nn.Module):
         self.head = nn.Linear(3, 2)
 
 
-def test_shared_modules_save_once_and_load_back(tmp_path):
+def test_shared_modules_save_every_name_and_load_back(tmp_path):
     src = _Shared()
     nn.init.normal_(src.cpe.weight)
     path = tmp_path / "shared.safetensors"
     save_checkpoint(src, path)  # plain safetensors.save_file would refuse the shared tensors
     stored = vit_scratch.read_state_dict(path)
-    assert set(stored) == {"cpe.weight", "cpe.bias", "head.weight", "head.bias"}
+    assert set(stored) == set(src.state_dict())  # the alias block.cpe.* too, as a copy
+    assert torch.equal(stored["block.cpe.weight"], src.cpe.weight)
     dst = load_checkpoint(_Shared(), path)
     assert torch.equal(dst.block.cpe.weight, src.cpe.weight)
     assert dst.block.cpe is dst.cpe
@@ -295,7 +296,7 @@ def test_safetensors_round_trip_with_shared_tensors(tmp_path, name):
     with safe_open(str(path), "pt") as f:
         stored = set(f.keys())
     sd = source.state_dict()
-    assert len(stored) == len({t.data_ptr() for t in sd.values()}) < len(sd)
+    assert stored == set(sd) and len({t.data_ptr() for t in sd.values()}) < len(sd)  # aliases
     fresh = vit_scratch.create_model(name, **kwargs).eval()
     vit_scratch.load_checkpoint(fresh, path)
     for k, v in sd.items():
@@ -304,11 +305,24 @@ def test_safetensors_round_trip_with_shared_tensors(tmp_path, name):
     x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         assert torch.equal(fresh(x), source(x))
-    # the de-duplicated file drives the NumPy room too (it fills in the aliases)
+    # the file drives the NumPy room too
     file_params = vit_scratch.state_dict_to_numpy(vit_scratch.read_state_dict(path))
     np_model = vit_scratch.create_numpy_model(name, file_params, **kwargs)
     with torch.no_grad():
         assert max_abs_diff(np_model(x.numpy()), source(x)) < 1e-4
+    # a file that stores each shared tensor once (safetensors' save_model writes such files)
+    # loads in both rooms: the aliases are filled in
+    from safetensors.torch import save_file
+
+    aliases = {k for group in lookup(name)[0].spec.shared_keys(source.cfg) for k in group[1:]}
+    save_file({k: v.clone() for k, v in sd.items() if k not in aliases}, tmp_path / "once.st")
+    once = vit_scratch.load_checkpoint(vit_scratch.create_model(name, **kwargs).eval(),
+                                       tmp_path / "once.st")
+    np_once = vit_scratch.create_numpy_model(
+        name, {k: v for k, v in file_params.items() if k not in aliases}, **kwargs)
+    with torch.no_grad():
+        assert torch.equal(once(x), source(x))
+        assert max_abs_diff(np_once(x.numpy()), source(x)) < 1e-4
 
 
 def test_official_checkpoint_with_unused_norms_loads(tmp_path):

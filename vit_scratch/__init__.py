@@ -6,6 +6,7 @@
     np_model = vit_scratch.create_numpy_model(
         "vit_tiny_patch16_224", vit_scratch.state_dict_to_numpy(model.state_dict()))
     vit_scratch.list_models()
+    vit_scratch.create_model("deit_tiny_patch16_224", pretrained=True, num_classes=4)  # [hub] extra
 
 The rooms: ``vit_scratch.numpy_nn`` (functions on arrays) and ``vit_scratch.torch_nn``
 (``nn.Module``s with timm's parameter names).  timm is never imported here.
@@ -18,7 +19,8 @@ from __future__ import annotations
 
 import importlib
 
-from .models import create_model, create_numpy_model, get_config, get_pretrained_cfg, list_models
+from .hub import create_model, create_numpy_model
+from .models import get_config, get_pretrained_cfg, list_models
 from .specs.vit import ViTConfig
 from .validation import CheckpointError
 

@@ -105,7 +105,9 @@ def create_model(name: str, **kwargs):
 
     kwargs override the name's config fields (``num_classes``, ``img_size``, ``in_chans``,
     ``drop_path_rate`` and the family's own: ``get_config(name)`` shows them all).
-    Load weights with ``vit_scratch.load_checkpoint(model, path)``.
+    Load weights with ``vit_scratch.load_checkpoint(model, path)``, or build the model with
+    them: ``vit_scratch.create_model`` (``vit_scratch.hub.create_model``) adds timm's
+    ``pretrained=`` and ``checkpoint_path=`` to this.
     """
     family, spec = lookup(name)
     cfg = spec.config(**kwargs)
@@ -120,6 +122,8 @@ def create_numpy_model(name: str, params: dict, **kwargs):
 
     Returns a callable model: images (B, C, H, W) ndarray -> logits (B, num_classes) ndarray.
     Missing, unexpected or mis-shaped keys raise a ``ValueError`` that lists them.
+    ``vit_scratch.create_numpy_model`` (``vit_scratch.hub.create_numpy_model``) also takes
+    ``checkpoint_path=`` or ``pretrained=True`` instead of ``params``.
     """
     family, spec = lookup(name)
     cfg = spec.config(**kwargs)

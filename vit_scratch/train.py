@@ -81,7 +81,7 @@ from .data import (ModelTransform, check_data, data_classes, make_datasets, rand
 from .models import create_model, get_config
 from .run_folder import BEST, CHECKPOINT, CURVES, METRICS, STATE
 from .schedule import LrSchedule, lr_at  # noqa: F401 (lr_at: the curve lr_schedule follows)
-from .weights import CheckpointError, load_checkpoint, read_state_dict
+from .weights import CheckpointError, load_checkpoint, load_pretrained
 
 
 def parse_model_arg(text: str) -> tuple[str, object]:
@@ -123,6 +123,10 @@ class TrainSettings:
         None, "start from the weights in this checkpoint file (fine-tuning); its head is "
         "replaced when the number of classes differs (default: none, train from scratch)",
         metavar="FILE")
+    pretrained: bool = setting(
+        False, "start from the weights timm publishes for --model, fetched from the Hugging Face "
+        "Hub once and then cached (the [hub] extra); their head is replaced when the number of "
+        "classes differs")
     data: str = setting(
         "digits", "'digits' (scikit-learn's 8×8 digits), 'digits_on_canvas' (the localisation "
         "set), or a folder of pictures with one subfolder per class (train/ and test/ "
@@ -315,6 +319,8 @@ def check_settings(settings: TrainSettings, own_data: bool = False,
     resolve_precision(settings.precision, device)
     if settings.init is not None and not Path(settings.init).is_file():
         raise ValueError(f"--init {settings.init!r}: no such checkpoint file")
+    if settings.pretrained:
+        check_pretrained(settings)
     if world.size > 1:
         if device.type == "mps":
             raise ValueError("--device mps: torchrun's process group needs the CPU or CUDA GPUs")
@@ -356,6 +362,22 @@ def warmup_epochs(settings: TrainSettings) -> float:
     if settings.warmup_epochs is None:
         return min(2.0, settings.epochs / 10)
     return settings.warmup_epochs
+
+
+def check_pretrained(settings: TrainSettings) -> None:
+    """``--pretrained``: not with ``--init``, a ``--model`` with published weights, and
+    huggingface_hub installed."""
+    from . import hub
+    from .extras import require
+
+    if settings.init is not None:
+        raise ValueError(f"--pretrained and --init {settings.init!r} both say where the weights "
+                         f"come from: give one")
+    if settings.model not in hub.pretrained_names():
+        raise ValueError(f"--pretrained: --model {settings.model} has no published weights; "
+                         f"these names have: {', '.join(hub.pretrained_names())} (or start from "
+                         f"a file of your own with --init FILE)")
+    require("huggingface_hub", "--pretrained (weights from the Hugging Face Hub)")
 
 
 def auto_threads(world: distributed.World = distributed.World(), own: int = 0) -> int:
@@ -496,20 +518,9 @@ def evaluate_everywhere(model, loader, device, autocast_dtype=None) -> dict:
 
 def init_from(model, path) -> None:
     """Load the weights of ``path`` into ``model`` for fine-tuning: strictly, except that a head
-    for another number of classes is replaced by a fresh one.  Mismatched keys raise
-    ``CheckpointError`` naming them."""
-    head = model.get_classifier()
-    prefix = next((name for name, m in model.named_modules() if m is head), None)
-    key = f"{prefix}.weight"
-    state = read_state_dict(path)
-    n_file = state[key].shape[0] if prefix and key in state and state[key].ndim == 2 else None
-    if n_file is not None and n_file != model.num_classes:
-        wanted = model.num_classes
-        model.reset_classifier(n_file)
-        load_checkpoint(model, path)
-        model.reset_classifier(wanted)
-    else:
-        load_checkpoint(model, path)
+    for another number of classes is replaced by a fresh one (``weights.load_pretrained``).
+    Mismatched keys raise ``CheckpointError`` naming them."""
+    load_pretrained(model, path)
 
 
 def class_names(dataset) -> list[str]:
@@ -829,10 +840,15 @@ def _model_for_the_data(settings: TrainSettings, datasets, state: dict | None, o
     run's model with its saved weights, after checking that the data has the run's classes."""
     classes = class_names(datasets[0]) if datasets is not None else data_classes(settings.data)
     if state is None:
+        start = settings.init
+        if settings.pretrained:  # fetched (or found in the cache) before anything is built
+            from . import hub
+
+            start = hub.download(settings.model, option="--pretrained")
         torch.manual_seed(settings.seed)
         model = build_model(settings, len(classes))
-        if settings.init is not None:
-            init_from(model, settings.init)
+        if start is not None:
+            init_from(model, start)
         return model, classes
     saved = state["settings"]
     model = build_model(settings, len(state["classes"]))

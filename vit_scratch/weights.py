@@ -282,7 +282,9 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 
 def shared_keys(model: nn.Module) -> list[list[str]]:
     """Groups of state_dict keys that are one tensor (a module registered under several names,
-    as CoaT does).  Files de-duplicate them; loading fills the aliases back in."""
+    as CoaT does).  ``save_checkpoint`` writes every key (timm's ``load_state_dict(strict=True)``
+    wants them all); loading checks that the aliases agree, and fills in those a file leaves
+    out."""
     groups: dict[tuple, list[str]] = {}
     for key, t in model.state_dict(keep_vars=True).items():
         groups.setdefault((t.data_ptr(), t.dtype, tuple(t.shape)), []).append(key)
@@ -374,7 +376,7 @@ def load_checkpoint(model: nn.Module, path, strict: bool = True,
                     f"not fit its own pos_embed: damaged metadata? Pass pos_embed_grid=(rows, "
                     f"cols) to say the grid it was trained on ({error})") from None
             raise
-    for group in shared_keys(target):  # files store a shared tensor once: fill in its aliases
+    for group in shared_keys(target):  # the aliases must agree; a file may leave them out
         present = [k for k in group if k in state_dict]
         for k in present[1:]:
             if not torch.equal(state_dict[k], state_dict[present[0]]):
@@ -400,11 +402,43 @@ def load_checkpoint(model: nn.Module, path, strict: bool = True,
     return model
 
 
+def load_pretrained(model: nn.Module, path) -> nn.Module:
+    """Load ``path`` into ``model`` to start from it (fine-tuning): strictly, except a
+    classifier head for another number of classes than the model's, which is left freshly
+    initialised (a warning says so).  Everything else must fit as for ``load_checkpoint``.
+
+    What ``create_model(name, pretrained=True)``, ``create_model(name, checkpoint_path=...)``
+    and the trainer's ``--pretrained`` and ``--init`` do."""
+    target = unwrap_model(model)
+    head = target.get_classifier() if hasattr(target, "get_classifier") else None
+    prefix = next((name for name, m in target.named_modules() if m is head), None)
+    key = f"{prefix}.weight"
+    state = read_state_dict(path)
+    n_file = state[key].shape[0] if prefix and key in state and state[key].ndim == 2 else None
+    wanted = getattr(target, "num_classes", None)
+    if n_file is None or n_file == wanted:
+        return load_checkpoint(model, path)
+    target.reset_classifier(n_file)
+    try:
+        load_checkpoint(model, path)
+    finally:
+        target.reset_classifier(wanted)  # a fresh head, whether the rest loaded or not
+    new_head = (f"a new, randomly initialised head of {wanted} classes" if wanted
+                else "no head (num_classes=0)")
+    warnings.warn(f"checkpoint {str(path)!r}: its classifier head ({key}) has {n_file} classes, "
+                  f"the model {wanted}; loaded everything else strictly, with {new_head}",
+                  stacklevel=2)
+    return model
+
+
 def save_checkpoint(model_or_state_dict, path, class_names=None) -> None:
     """Save weights as ``.safetensors`` (recommended) or a ``.pth`` state_dict.
 
-    Tensors shared under several keys are stored once (safetensors refuses shared memory);
-    ``load_checkpoint`` restores the aliases from the model's own structure.  Wrapper prefixes
+    Every key of the state_dict is saved, so that the file loads into the matching timm model
+    with ``load_state_dict(strict=True)``: a tensor the model uses under several names (CoaT's
+    shared modules) is written under each name: as copies in a safetensors file (which refuses
+    shared memory), once in a ``.pth`` file (``torch.save`` keeps the sharing).
+    ``load_checkpoint`` puts the sharing back and refuses copies that differ.  Wrapper prefixes
     (``_orig_mod.`` of ``torch.compile``, ``module.`` of DDP) are not saved.  A safetensors file
     records in its metadata the position embedding's patch grid (so that a non-square grid is
     resized correctly on load) and, for a model built by ``create_model``, its name, its
@@ -423,12 +457,6 @@ def save_checkpoint(model_or_state_dict, path, class_names=None) -> None:
     if bad:
         raise ValueError(f"save_checkpoint saves tensors only; these entries are not: "
                          f"{', '.join(map(repr, bad[:6]))}")
-    seen, unique = set(), {}
-    for key, t in sd.items():
-        ident = (t.data_ptr(), t.dtype, tuple(t.shape))
-        if ident not in seen:
-            seen.add(ident)
-            unique[strip_wrapper_prefixes(key)] = t.detach().cpu().contiguous()
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(f"path must be a str or a path, got {type(path).__name__}")
     path = Path(path)
@@ -439,12 +467,19 @@ def save_checkpoint(model_or_state_dict, path, class_names=None) -> None:
         raise FileNotFoundError(f"cannot save checkpoint {str(path)!r}: the folder "
                                 f"{str(path.parent)!r} does not exist (create it first: "
                                 f"Path({str(path.parent)!r}).mkdir(parents=True))")
+    seen, tensors = set(), {}
+    for key, t in sd.items():
+        t = t.detach().cpu().contiguous()
+        storage = t.untyped_storage().data_ptr()
+        alias = storage in seen and suffix in SAFETENSORS_SUFFIXES
+        tensors[strip_wrapper_prefixes(key)] = t.clone() if alias else t
+        seen.add(storage)
     if suffix in SAFETENSORS_SUFFIXES:
         from safetensors.torch import save_file
 
-        save_file(unique, str(path), metadata=_metadata(model, class_names) or None)
+        save_file(tensors, str(path), metadata=_metadata(model, class_names) or None)
     else:
-        torch.save(unique, path)
+        torch.save(tensors, path)
 
 
 def _metadata(model, class_names) -> dict[str, str]:

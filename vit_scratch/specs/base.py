@@ -211,7 +211,8 @@ def num_params(shapes: dict[str, tuple[int, ...]]) -> int:
 @dataclass(frozen=True)
 class ModelSpec:
     """A registered name: its default config and what its weights expect (``pretrained_cfg``:
-    ``input_size``, ``mean``, ``std``, ``crop_pct``, ``interpolation``)."""
+    ``input_size``, ``mean``, ``std``, ``crop_pct``, ``interpolation``; for a name timm publishes
+    weights of, ``hf_hub_id``: their Hugging Face Hub repository, as timm names it)."""
 
     name: str
     default_config: Callable  # () -> config

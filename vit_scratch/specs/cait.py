@@ -198,40 +198,40 @@ MODELS = ModelTable(cait_param_shapes, pretrained_cfg=dict(
 _AT_384 = dict(input_size=(3, 384, 384))
 
 
-@MODELS.register
+@MODELS.register(pretrained_cfg=dict(hf_hub_id="timm/cait_xxs24_224.fb_dist_in1k"))
 def cait_xxs24_224() -> CaitConfig:
     """CaiT-XXS24 at 224²: 192 channels, 24 + 2 blocks, 4 heads (12.0 M parameters)."""
     return CaitConfig(patch_size=16, embed_dim=192, depth=24, num_heads=4, init_values=1e-5)
 
 
-@MODELS.register
+@MODELS.register(pretrained_cfg=dict(hf_hub_id="timm/cait_xxs36_224.fb_dist_in1k"))
 def cait_xxs36_224() -> CaitConfig:
     """CaiT-XXS36 at 224²: 192 channels, 36 + 2 blocks, 4 heads (17.3 M parameters).
     Released with LayerScale ε = 1e-5 (the paper's rule would give 1e-6 at depth 36)."""
     return CaitConfig(patch_size=16, embed_dim=192, depth=36, num_heads=4, init_values=1e-5)
 
 
-@MODELS.register(pretrained_cfg=_AT_384)
+@MODELS.register(pretrained_cfg=dict(_AT_384, hf_hub_id="timm/cait_xs24_384.fb_dist_in1k"))
 def cait_xs24_384() -> CaitConfig:
     """CaiT-XS24 at 384²: 288 channels, 24 + 2 blocks, 6 heads (26.7 M parameters)."""
     return CaitConfig(img_size=384, patch_size=16, embed_dim=288, depth=24, num_heads=6,
                       init_values=1e-5)
 
 
-@MODELS.register
+@MODELS.register(pretrained_cfg=dict(hf_hub_id="timm/cait_s24_224.fb_dist_in1k"))
 def cait_s24_224() -> CaitConfig:
     """CaiT-S24 at 224²: 384 channels, 24 + 2 blocks, 8 heads (46.9 M parameters)."""
     return CaitConfig(patch_size=16, embed_dim=384, depth=24, num_heads=8, init_values=1e-5)
 
 
-@MODELS.register(pretrained_cfg=_AT_384)
+@MODELS.register(pretrained_cfg=dict(_AT_384, hf_hub_id="timm/cait_s24_384.fb_dist_in1k"))
 def cait_s24_384() -> CaitConfig:
     """CaiT-S24 at 384²: 384 channels, 24 + 2 blocks, 8 heads (47.1 M parameters)."""
     return CaitConfig(img_size=384, patch_size=16, embed_dim=384, depth=24, num_heads=8,
                       init_values=1e-5)
 
 
-@MODELS.register(pretrained_cfg=_AT_384)
+@MODELS.register(pretrained_cfg=dict(_AT_384, hf_hub_id="timm/cait_s36_384.fb_dist_in1k"))
 def cait_s36_384() -> CaitConfig:
     """CaiT-S36 at 384²: 384 channels, 36 + 2 blocks, 8 heads (68.4 M parameters)."""
     return CaitConfig(img_size=384, patch_size=16, embed_dim=384, depth=36, num_heads=8,

@@ -308,43 +308,43 @@ MODELS = ModelTable(coat_param_shapes, pretrained_cfg=dict(
 _LITE_MLP = (8, 8, 4, 4)
 
 
-@MODELS.register
+@MODELS.register(pretrained_cfg=dict(hf_hub_id="timm/coat_lite_tiny.in1k"))
 def coat_lite_tiny() -> CoaTConfig:
     """CoaT-Lite Tiny: dims 64/128/256/320, 2 serial blocks per scale (5.7 M parameters)."""
     return CoaTConfig(embed_dims=(64, 128, 256, 320), serial_depths=(2, 2, 2, 2), mlp_ratios=_LITE_MLP)
 
 
-@MODELS.register
+@MODELS.register(pretrained_cfg=dict(hf_hub_id="timm/coat_lite_mini.in1k"))
 def coat_lite_mini() -> CoaTConfig:
     """CoaT-Lite Mini: dims 64/128/320/512, 2 serial blocks per scale (11.0 M parameters)."""
     return CoaTConfig(embed_dims=(64, 128, 320, 512), serial_depths=(2, 2, 2, 2), mlp_ratios=_LITE_MLP)
 
 
-@MODELS.register
+@MODELS.register(pretrained_cfg=dict(hf_hub_id="timm/coat_lite_small.in1k"))
 def coat_lite_small() -> CoaTConfig:
     """CoaT-Lite Small: dims 64/128/320/512, serial depths 3/4/6/3 (19.8 M parameters)."""
     return CoaTConfig(embed_dims=(64, 128, 320, 512), serial_depths=(3, 4, 6, 3), mlp_ratios=_LITE_MLP)
 
 
-@MODELS.register
+@MODELS.register(pretrained_cfg=dict(hf_hub_id="timm/coat_lite_medium.in1k"))
 def coat_lite_medium() -> CoaTConfig:
     """CoaT-Lite Medium: dims 128/256/320/512, serial depths 3/6/10/8, MLP ratio 4 (44.6 M)."""
     return CoaTConfig(embed_dims=(128, 256, 320, 512), serial_depths=(3, 6, 10, 8))
 
 
-@MODELS.register
+@MODELS.register(pretrained_cfg=dict(hf_hub_id="timm/coat_tiny.in1k"))
 def coat_tiny() -> CoaTConfig:
     """CoaT Tiny: 152 channels at every scale, 2 serial blocks each, 6 parallel blocks (5.5 M)."""
     return CoaTConfig(embed_dims=(152, 152, 152, 152), serial_depths=(2, 2, 2, 2), parallel_depth=6)
 
 
-@MODELS.register
+@MODELS.register(pretrained_cfg=dict(hf_hub_id="timm/coat_mini.in1k"))
 def coat_mini() -> CoaTConfig:
     """CoaT Mini: dims 152/216/216/216, 2 serial blocks each, 6 parallel blocks (10.3 M)."""
     return CoaTConfig(embed_dims=(152, 216, 216, 216), serial_depths=(2, 2, 2, 2), parallel_depth=6)
 
 
-@MODELS.register
+@MODELS.register(pretrained_cfg=dict(hf_hub_id="timm/coat_small.in1k"))
 def coat_small() -> CoaTConfig:
     """CoaT Small: dims 152/320/320/320, 2 serial blocks each, 6 parallel blocks (21.7 M)."""
     return CoaTConfig(embed_dims=(152, 320, 320, 320), serial_depths=(2, 2, 2, 2), parallel_depth=6)

@@ -106,31 +106,31 @@ MODELS = ModelTable(vit_param_shapes, pretrained_cfg=dict(
     crop_pct=0.9, interpolation="bicubic"))
 
 
-@MODELS.register
+@MODELS.register(pretrained_cfg=dict(hf_hub_id="timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k"))
 def vit_tiny_patch16_224() -> ViTConfig:
     """ViT-Ti/16 at 224²: 192 channels, 12 blocks, 3 heads (5.7 M parameters)."""
     return ViTConfig(patch_size=16, embed_dim=192, depth=12, num_heads=3)
 
 
-@MODELS.register
+@MODELS.register(pretrained_cfg=dict(hf_hub_id="timm/vit_small_patch16_224.augreg_in21k_ft_in1k"))
 def vit_small_patch16_224() -> ViTConfig:
     """ViT-S/16 at 224²: 384 channels, 12 blocks, 6 heads (22 M parameters)."""
     return ViTConfig(patch_size=16, embed_dim=384, depth=12, num_heads=6)
 
 
-@MODELS.register
+@MODELS.register(pretrained_cfg=dict(hf_hub_id="timm/vit_base_patch16_224.augreg2_in21k_ft_in1k"))
 def vit_base_patch16_224() -> ViTConfig:
     """ViT-B/16 at 224²: 768 channels, 12 blocks, 12 heads (86.6 M parameters)."""
     return ViTConfig(patch_size=16, embed_dim=768, depth=12, num_heads=12)
 
 
-@MODELS.register(pretrained_cfg=_DEIT)
+@MODELS.register(pretrained_cfg=dict(_DEIT, hf_hub_id="timm/deit_tiny_patch16_224.fb_in1k"))
 def deit_tiny_patch16_224() -> ViTConfig:
     """DeiT-Ti: the ViT-Ti/16 architecture, ImageNet normalisation."""
     return ViTConfig(patch_size=16, embed_dim=192, depth=12, num_heads=3)
 
 
-@MODELS.register(pretrained_cfg=_DEIT)
+@MODELS.register(pretrained_cfg=dict(_DEIT, hf_hub_id="timm/deit_small_patch16_224.fb_in1k"))
 def deit_small_patch16_224() -> ViTConfig:
     """DeiT-S: the ViT-S/16 architecture, ImageNet normalisation."""
     return ViTConfig(patch_size=16, embed_dim=384, depth=12, num_heads=6)

@@ -11,7 +11,8 @@ Transformers", ICCV 2021, https://arxiv.org/abs/2104.06399).
 Parameter names follow timm, *including its module sharing*: ``cpe{s}`` and ``crpe{s}`` are the
 very modules inside every block of scale s, and a parallel block's ``mlp2``/``mlp3``/``mlp4`` are
 one MLP -- so timm's state_dict (which lists each shared tensor under all its names) loads
-strictly, and ``vit_scratch.save_checkpoint`` stores each shared tensor once.
+strictly, and so do the files of ``vit_scratch.save_checkpoint`` into timm (they list every
+name too).
 
 Beyond the reference: any input whose sides are multiples of the total stride (32 for the
 ImageNet models) runs without rebuilding the model (there is no absolute position embedding);
