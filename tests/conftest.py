@@ -1,10 +1,39 @@
-"""Fixtures shared by the tests; figures draw off-screen (matplotlib's Agg backend)."""
+"""Fixtures shared by the tests; figures draw off-screen (matplotlib's Agg backend).
+
+Plain ``pytest`` runs in two processes (pytest-xdist, ``-n 2`` in pyproject.toml): each test file
+and each notebook goes whole to one process, so a file's module fixtures are built once and a
+notebook's cells run in order in one kernel.  ``pytest -n 0`` runs everything in this process
+(for ``--pdb``, or to see ``print`` output with ``-s``)."""
 import os
 
-import numpy as np
-import pytest
-
+# The cores are shared among the test processes: each one (and the notebook kernels it starts,
+# which inherit the variable) uses its share of them for PyTorch, BLAS and the NumPy room's
+# batch threads.  Set before NumPy and PyTorch are imported, as both read it when they load.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    os.environ.setdefault(
+        "OMP_NUM_THREADS", str(max(1, (_cores or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+#: Test files that share one session-wide fixture, run in the same process: the grader's single
+#: run over every submission (``exercises/hidden/proof.py``) serves both.
+SAME_PROCESS = {"tests/test_exercises.py": "grader", "tests/test_grader_security.py": "grader"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Whole files (and whole notebooks) to one process; the files in ``SAME_PROCESS`` together."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return SAME_PROCESS.get(path, path)
+
+    return ByFile(config, log)
 
 
 @pytest.fixture
