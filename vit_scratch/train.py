@@ -1,9 +1,9 @@
 """Train any registered model on offline data -- the course's training command.
 
-    python -m vit_scratch.train --model coat_digits --data digits --epochs 12 --out runs/coat
+    python -m vit_scratch.train --model coat_lite_digits --data digits --epochs 16 --out runs/lite
     python -m vit_scratch.train --model coat_lite_digits --data my_pictures/ --out runs/mine
-    python -m vit_scratch.train --out runs/coat --resume            # after a crash or Ctrl-C
-    python -m vit_scratch.train --out runs/coat --resume --epochs 20   # extend a finished run
+    python -m vit_scratch.train --out runs/lite --resume            # after a crash or Ctrl-C
+    python -m vit_scratch.train --out runs/lite --resume --epochs 24   # extend a finished run
     torchrun --standalone --nproc_per_node 2 -m vit_scratch.train ...  # several processes
     python -m vit_scratch.train --help                  # every option, with its default
 
@@ -977,8 +977,8 @@ def build_parser(show_defaults: bool = True) -> argparse.ArgumentParser:
                     "Holds out a validation split, saves the run in --out after every epoch, "
                     "tests the selected checkpoint once at the end, and writes metrics.json "
                     "and curves.png.  Under torchrun, several processes share each batch.",
-        epilog="Example: python -m vit_scratch.train --model coat_digits --data digits "
-               "--epochs 12 --out runs/coat_digits\n",
+        epilog="Example: python -m vit_scratch.train --model coat_lite_digits --data digits "
+               "--epochs 16 --out runs/coat_lite_digits\n",
         formatter_class=_HelpFormatter,
         argument_default=None if show_defaults else argparse.SUPPRESS)
     types = typing.get_type_hints(TrainSettings)
