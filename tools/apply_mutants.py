@@ -51,8 +51,9 @@ MUTANTS = [
 def pytest_summary(tests: list[str]) -> tuple[int, str]:
     """Run pytest on ``tests``; its exit status and its last line."""
     env = dict(os.environ, PYTHONPATH=os.getcwd(), OMP_NUM_THREADS="1")
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                          *tests], capture_output=True, text=True, env=env)
+    # -n 0: one process (the suite's two-process default reports -x stops with another status)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p",
+                          "no:cacheprovider", *tests], capture_output=True, text=True, env=env)
     lines = [line for line in run.stdout.splitlines() if line.strip()]
     return run.returncode, lines[-1] if lines else run.stderr.strip()[-200:]
 
