@@ -135,6 +135,15 @@ def crpe_conv(v_img: np.ndarray, weights, biases, head_dim: int) -> np.ndarray:
     return out
 
 
+def _check_crpe_input(q: np.ndarray, v: np.ndarray, size) -> tuple[int, int]:
+    """q and v (B, h, 1 + H·W, d) that fit ``size``; returns (H, W)."""
+    H, W = validation.to_2tuple(size, "size")
+    if q.shape[2] != 1 + H * W or v.shape != q.shape:
+        raise ValueError(f"q and v must have shape (B, h, 1 + H·W, d) = (B, h, {1 + H * W}, d) "
+                         f"for size {(H, W)}, got {q.shape} and {v.shape}")
+    return H, W
+
+
 def conv_rel_pos_enc(q: np.ndarray, v: np.ndarray, size, weights, biases) -> np.ndarray:
     """Convolutional relative position encoding: ``EV = Q_img ⊙ conv(V_img)``, zero class row.
 
@@ -143,10 +152,7 @@ def conv_rel_pos_enc(q: np.ndarray, v: np.ndarray, size, weights, biases) -> np.
     ->  (B, h, 1 + H·W, d), row 0 zero (the class token has no relative position).
     """
     B, h, N, d = q.shape
-    H, W = validation.to_2tuple(size, "size")
-    if N != 1 + H * W or v.shape != q.shape:
-        raise ValueError(f"q and v must have shape (B, h, 1 + H·W, d) = (B, h, {1 + H * W}, d) "
-                         f"for size {(H, W)}, got {q.shape} and {v.shape}")
+    H, W = _check_crpe_input(q, v, size)
     v_img = np.moveaxis(v[:, :, 1:], 1, 2).reshape(B, H, W, h * d)  # (B, H, W, h·d), head-major
     conv_v = crpe_conv(v_img, weights, biases, d).reshape(B, H * W, h, d)
     ev = np.zeros(q.shape, dtype=np.result_type(q, conv_v))
@@ -249,10 +255,7 @@ def crpe_conv_backward(dout: np.ndarray, cache: Cache):
 def conv_rel_pos_enc_forward(q: np.ndarray, v: np.ndarray, size, weights, biases):
     """:func:`conv_rel_pos_enc` -> (out, cache), through ``crpe_conv_forward``."""
     B, h, N, d = q.shape
-    H, W = validation.to_2tuple(size, "size")
-    if N != 1 + H * W or v.shape != q.shape:
-        raise ValueError(f"q and v must have shape (B, h, 1 + H·W, d) = (B, h, {1 + H * W}, d) "
-                         f"for size {(H, W)}, got {q.shape} and {v.shape}")
+    H, W = _check_crpe_input(q, v, size)
     v_img = np.moveaxis(v[:, :, 1:], 1, 2).reshape(B, H, W, h * d)  # (B, H, W, h·d), head-major
     conv_v, c_conv = crpe_conv_forward(v_img, weights, biases, d)
     conv_v = np.moveaxis(conv_v.reshape(B, H * W, h, d), 2, 1)  # (B, h, H·W, d)

@@ -90,6 +90,18 @@ def head_summaries(ks: np.ndarray, v: np.ndarray, num_heads: int) -> np.ndarray:
                      v.reshape(B, N, num_heads, d), optimize=True)
 
 
+def _check_attend_input(q, k, v, size, num_heads: int) -> tuple[int, int, int]:
+    """q, k, v (B, 1 + H·W, C) that fit ``size`` and split into ``num_heads``; returns
+    (H, W, head dim)."""
+    C = q.shape[-1]
+    H, W = validation.to_2tuple(size, "size")
+    d = validation.head_dim(C, num_heads)
+    if q.shape[1] != 1 + H * W or k.shape != q.shape or v.shape != q.shape:
+        raise ValueError(f"q, k, v must have shape (B, 1 + H·W, C) = (B, {1 + H * W}, {C}) for "
+                         f"size {(H, W)}, got {q.shape}, {k.shape}, {v.shape}")
+    return H, W, d
+
+
 def conv_attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, size, num_heads: int,
                 crpe_weights, crpe_biases, records: list | None = None) -> np.ndarray:
     """The conv-attention before its output projection, in token layout (heads merged):
@@ -103,11 +115,7 @@ def conv_attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, size, num_heads: in
     view of the channels and only the (B, h, d, d) summaries are per-head arrays.
     """
     B, N, C = q.shape
-    H, W = validation.to_2tuple(size, "size")
-    d = validation.head_dim(C, num_heads)
-    if N != 1 + H * W or k.shape != q.shape or v.shape != q.shape:
-        raise ValueError(f"q, k, v must have shape (B, 1 + H·W, C) = (B, {1 + H * W}, {C}) for "
-                         f"size {(H, W)}, got {q.shape}, {k.shape}, {v.shape}")
+    H, W, d = _check_attend_input(q, k, v, size, num_heads)
     scale = np.asarray(d ** -0.5, dtype=q.dtype)
     ks = key_softmax(k, axis=1)  # (B, N, C): per channel, a distribution over the tokens
     summary = head_summaries(ks, v, num_heads) * scale  # (B, h, d, d)
@@ -186,11 +194,7 @@ def conv_attend_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, size, num_h
     """:func:`conv_attend` -> (out, cache), through ``softmax_forward`` and
     ``crpe_conv_forward``."""
     B, N, C = q.shape
-    H, W = validation.to_2tuple(size, "size")
-    d = validation.head_dim(C, num_heads)
-    if N != 1 + H * W or k.shape != q.shape or v.shape != q.shape:
-        raise ValueError(f"q, k, v must have shape (B, 1 + H·W, C) = (B, {1 + H * W}, {C}) for "
-                         f"size {(H, W)}, got {q.shape}, {k.shape}, {v.shape}")
+    H, W, d = _check_attend_input(q, k, v, size, num_heads)
     scale = np.asarray(d ** -0.5, dtype=q.dtype)
     ks, c_soft = softmax_forward(k, axis=1)  # key_softmax over the tokens
     summary = head_summaries(ks, v, num_heads) * scale  # (B, h, d, d)
