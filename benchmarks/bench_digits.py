@@ -2,8 +2,8 @@
 
     python benchmarks/bench_digits.py                                  # every *_digits model, 5 random seeds
     python benchmarks/bench_digits.py --models vit_digits --seeds 0 1 --threads 2
-    python benchmarks/bench_digits.py --threads 1 --train-arg coat_lite_digits:epochs=20 \
-        --train-arg coat_digits:epochs=20 --json benchmarks/results/digits.json --markdown
+    python benchmarks/bench_digits.py --threads 1 --train-arg coat_lite_digits:epochs=16 \
+        --train-arg coat_digits:epochs=12 --json benchmarks/results/digits.json --markdown
 
 The last line writes ``benchmarks/results/digits.json``, the one source of the digits numbers that
 README.md, docs/ and notebook 09 show (``python benchmarks/tables.py benchmarks/results/digits.json``
@@ -30,7 +30,6 @@ import argparse
 import ast
 import json
 import shlex
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -44,6 +43,7 @@ from vit_scratch.train import TrainSettings, train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tables  # noqa: E402  (benchmarks/tables.py: the README's table from the results file)
+from experiment import git_commit, summary  # noqa: E402  (benchmarks/experiment.py)
 
 
 def svc_accuracy(seed: int, test_fraction: float = 0.2) -> tuple[float, float]:
@@ -58,11 +58,6 @@ def svc_accuracy(seed: int, test_fraction: float = 0.2) -> tuple[float, float]:
     clf = SVC(gamma=0.001, C=10).fit(x[~test], y[~test])
     accuracy = float((clf.predict(x[test]) == y[test]).mean())
     return accuracy, time.process_time() - start
-
-
-def summary(values: list[float]) -> dict:
-    return {"mean": statistics.mean(values),
-            "std": statistics.stdev(values) if len(values) > 1 else 0.0}
 
 
 def train_changes(items: list[str], models: list[str]) -> dict[str, dict]:
@@ -124,9 +119,11 @@ def main(argv=None):
                                 device=args.device, threads=args.threads, progress="off",
                                 out=None, **changes[name])
             result = train(cfg, log=lambda *_: None)
-            runs.append({k: result[k] for k in ("test_accuracy", "train_seconds",
-                                                "cpu_seconds", "params")}
-                        | {"seed": seed, "vs_svc": result["test_accuracy"] - svc["test_accuracy"]})
+            runs.append({"seed": seed, "split_seed": seed}
+                        | {k: result[k] for k in ("test_accuracy", "best_val_accuracy",
+                                                  "selected_epoch", "epochs_done", "images",
+                                                  "train_seconds", "cpu_seconds", "params")}
+                        | {"vs_svc": result["test_accuracy"] - svc["test_accuracy"]})
             print(f"{name:<12} seed {seed}: {result['test_accuracy']:.4f}  "
                   f"{result['train_seconds']:.1f} s wall  {result['cpu_seconds']:.1f} s CPU",
                   flush=True)
@@ -142,9 +139,11 @@ def main(argv=None):
         "benchmark": "digits",
         "written_by": "python benchmarks/bench_digits.py " + shlex.join(
             sys.argv[1:] if argv is None else argv),
+        "commit": git_commit(),
         "settings": {"seeds": args.seeds, "threads": args.threads or torch.get_num_threads(),
                      "device": args.device, "torch": str(torch.__version__),
-                     "test_fraction": 0.2},
+                     "test_fraction": 0.2, "val_fraction": TrainSettings().val_fraction,
+                     "select": TrainSettings().select},
         "models": results,
         "svc": {key: summary([r[key] for r in svc_runs])
                 for key in ("test_accuracy", "cpu_seconds")} | {"runs": svc_runs},
