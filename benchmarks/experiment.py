@@ -88,3 +88,93 @@ def write(path, data: dict) -> None:
 
 def stamp() -> str:
     return time.strftime("%H:%M:%S")
+
+
+# --- training, the trainer's recipe in a small explicit loop -------------------------------------
+
+def param_groups(model, weight_decay: float) -> list[dict]:
+    """The trainer's AdamW groups (``vit_scratch.train.param_groups``): weight decay on weight
+    matrices and kernels only; for a model without ``no_weight_decay()`` (a CNN), nothing else
+    is skipped."""
+    from vit_scratch.train import param_groups as trainer_groups
+
+    if hasattr(model, "no_weight_decay"):
+        return trainer_groups(model, weight_decay)
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    rest = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": rest, "weight_decay": 0.0}]
+
+
+def accuracy_and_loss(model, x, y, batch_size: int = 500) -> tuple[float, float]:
+    """Accuracy and mean cross-entropy of ``model`` on tensors ``x`` (N, C, H, W), ``y`` (N,)."""
+    import torch
+    import torch.nn.functional as F
+
+    model.eval()
+    correct, loss = 0, 0.0
+    with torch.no_grad():
+        for i in range(0, len(y), batch_size):
+            logits = model(x[i:i + batch_size])
+            correct += int((logits.argmax(-1) == y[i:i + batch_size]).sum())
+            loss += float(F.cross_entropy(logits, y[i:i + batch_size], reduction="sum"))
+    return correct / len(y), loss / len(y)
+
+
+def fit(model, train, val, test=None, *, epochs: int = 10, steps: int | None = None,
+        batch_size: int = 64, lr: float = 1.5e-3, weight_decay: float = 0.05,
+        warmup: float = 0.1, label_smoothing: float = 0.1, seed: int = 0, augment=None,
+        select: str = "best") -> dict:
+    """Train ``model`` on ``train = (x, y)`` tensors with the trainer's recipe (AdamW, weight
+    decay on matrices only, linear warm-up over a ``warmup`` share of the steps then cosine
+    decay, label smoothing), evaluating on ``val`` after every epoch; ``steps`` (if given)
+    replaces ``epochs`` by that many batches, the epochs then being as many as they take.  The
+    weights of the best validation epoch (``select="best"``; ties: the later) or of the last are
+    tested once on ``test``.  ``augment(images, generator)``, if given, changes each batch.
+    Returns the history and the numbers; the model keeps the selected weights."""
+    import copy
+    import math
+
+    import torch
+    import torch.nn.functional as F
+
+    from vit_scratch.schedule import LrSchedule
+
+    x, y = train
+    per_epoch = math.ceil(len(y) / batch_size)
+    total = steps if steps is not None else epochs * per_epoch
+    epochs = math.ceil(total / per_epoch)
+    optimizer = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr)
+    schedule = LrSchedule(optimizer, total, round(warmup * total))
+    gen = torch.Generator().manual_seed(seed)
+    history, best_acc, best_state, best_epoch, done = [], -1.0, None, 0, 0
+    clock = CpuClock()
+    for epoch in range(epochs):
+        model.train()
+        order = torch.randperm(len(y), generator=gen)
+        loss_sum, seen = 0.0, 0
+        for idx in order.split(batch_size):
+            if done == total:
+                break
+            images = x[idx] if augment is None else augment(x[idx], gen)
+            loss = F.cross_entropy(model(images), y[idx], label_smoothing=label_smoothing)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            loss_sum, seen, done = loss_sum + loss.item() * len(idx), seen + len(idx), done + 1
+        val_acc, val_loss = accuracy_and_loss(model, *val)
+        history.append({"epoch": epoch + 1, "steps": done, "train_loss": loss_sum / max(1, seen),
+                        "val_accuracy": val_acc, "val_loss": val_loss})
+        if select == "last" or val_acc >= best_acc:
+            best_acc = val_acc
+            best_state = copy.deepcopy(model.state_dict())
+            best_epoch = epoch + 1
+    model.load_state_dict(best_state)
+    result = {"epochs": epochs, "steps": total, "selected_epoch": best_epoch,
+              "val_accuracy": history[best_epoch - 1]["val_accuracy"],
+              "final_train_loss": history[-1]["train_loss"], "history": history,
+              "cpu_seconds": clock.seconds()}
+    if test is not None:
+        result["test_accuracy"], result["test_loss"] = accuracy_and_loss(model, *test)
+    return result
