@@ -65,7 +65,7 @@ def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray = None,
     raise NotImplementedError("Exercise 7.2: depthwise_conv2d")
 
 
-def conv_rel_pos_enc(q: np.ndarray, v: np.ndarray, size, params: dict, window: dict) -> np.ndarray:
+def conv_rel_pos_enc(q: np.ndarray, v: np.ndarray, size, weights: list, biases: list) -> np.ndarray:
     """Exercise 7.3 (try first) -- CoaT's convolutional relative position encoding (CRPE).
 
     Notebook 07 builds it; try it first. The relative-position term of CoaT's attention is a
@@ -74,21 +74,21 @@ def conv_rel_pos_enc(q: np.ndarray, v: np.ndarray, size, params: dict, window: d
         EV = q_img ⊙ depthwise_conv(v_img)      for the H·W image tokens
         EV = 0                                  for the class token (a row of zeros)
 
-    The heads are split into groups, each with its own window: ``window = {3: 2, 5: 3, 7: 3}``
-    gives the first 2 heads 3×3 kernels, the next 3 heads 5×5, the last 3 heads 7×7 (in the
-    dict's order).
+    The heads are split into groups, each with its own window: CoaT's ``{3: 2, 5: 3, 7: 3}``
+    gives the first 2 heads 3×3 kernels, the next 3 heads 5×5, the last 3 heads 7×7. Group i
+    is given by its kernel ``weights[i]`` and bias ``biases[i]`` (timm's ``conv_list.{i}``), in
+    head order; its window and its number of heads follow from the kernel's shape.
 
     q, v:    (B, h, 1 + H·W, d): the class token first, then the image tokens in raster order
     size:    (H, W), the token grid
-    params:  ``conv_list.{i}.weight`` of shape (heads_i·d, 1, k_i, k_i) and ``conv_list.{i}.bias``
-             (heads_i·d,), for the i-th entry (k_i: heads_i) of ``window`` (timm's names)
-    window:  {kernel size: number of heads}, the heads adding up to h
+    weights: a list, weights[i] of shape (heads_i·d, 1, k_i, k_i): group i's depthwise kernels
+    biases:  a list, biases[i] of shape (heads_i·d,)
     returns: (B, h, 1 + H·W, d), with EV[:, :, 0] = 0
 
     Channels are head-major: the image tokens of v become a (B, h·d, H, W) image whose channel
     h_i·d + c is channel c of head h_i, so group i owns a contiguous block of heads_i·d channels.
-    Raise ValueError when the heads of ``window`` do not add up to h, or when the number of
-    tokens is not 1 + H·W.
+    Raise ValueError when the groups' channels do not add up to h·d (their heads to h), or when
+    the number of tokens is not 1 + H·W.
     Use your ``depthwise_conv2d`` (Exercise 7.2).
     """
     # TODO Exercise 7.3: your code here (replace the line below)

@@ -419,8 +419,8 @@ def _(m):
 def _(m):
     r = np.random.default_rng(8)
     q, v = r.standard_normal((1, 1, 5, 2)), r.standard_normal((1, 1, 5, 2))   # 1 head, 2x2 grid, d = 2
-    p = {"conv_list.0.weight": np.array([2.0, -1.0]).reshape(2, 1, 1, 1), "conv_list.0.bias": np.array([0.5, 1.0])}
-    got = m.conv_rel_pos_enc(q, v, (2, 2), p, {1: 1})
+    w, b = np.array([2.0, -1.0]).reshape(2, 1, 1, 1), np.array([0.5, 1.0])   # one group: 1 head, 1x1
+    got = m.conv_rel_pos_enc(q, v, (2, 2), [w], [b])
     shape(got, (1, 1, 5, 2), "CRPE of (1, 1, 1 + 4, 2) tokens")
     expected = np.zeros_like(q)
     expected[:, :, 1:] = q[:, :, 1:] * (v[:, :, 1:] * [2.0, -1.0] + [0.5, 1.0])

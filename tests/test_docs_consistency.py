@@ -262,3 +262,159 @@ def test_reading_times_match_the_notebooks():
         assert abs(int(minutes) - estimate) <= max(10, 0.25 * estimate), (
             f"README gives notebook {number} {minutes} min; its text and code suggest "
             f"{5 * round(estimate / 5)} min")
+
+
+# --- the facts a page states: numbers from one source, section pointers, signatures -------------
+
+factcheck = load(ROOT / "docs" / "factcheck.py", "factcheck")
+CONTEXT = factcheck.Context.build()
+FACT_PAGES = factcheck.pages() + factcheck.tool_text_pages()
+
+
+@pytest.mark.parametrize("page", FACT_PAGES, ids=[p.name for p in FACT_PAGES])
+def test_page_states_only_facts_with_a_source(page):
+    """Every measured number is printed by a cell or read from a results file, every section
+    pointer names a real section, every call names real parameters (docs/factcheck.py)."""
+    problems = factcheck.page_problems(page, CONTEXT)
+    assert not problems, "\n".join(problems)
+
+
+def test_stubs_take_their_notebooks_and_solutions_parameters():
+    problems = factcheck.stub_problems()
+    assert not problems, "\n".join(problems)
+
+
+RESULTS_FILES = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", RESULTS_FILES, ids=[p.name for p in RESULTS_FILES])
+def test_results_files_are_written_by_their_scripts(path):
+    problems = factcheck.results_file_problems(path)
+    assert not problems, "\n".join(problems)
+
+
+def test_fact_pages_cover_the_pages_exercises_and_tools():
+    names = {p.name for p in FACT_PAGES}
+    assert {"README.md", "docs/results.md", "notebooks/weights/README.md",
+            "exercises/ex07_conv_position_encoding.py", "exercises/check.py"} <= names
+    assert {f"notebooks/{p.name}" for p in (ROOT / "notebooks").glob("*.ipynb")} <= names
+
+
+def _page(path: str, text: str):
+    return doccheck.Page(ROOT / path, text)
+
+
+def _problems(path: str, text: str) -> str:
+    return "\n".join(factcheck.page_problems(_page(path, text), CONTEXT))
+
+
+# A planted copy of each of the errors a reader tripped over, and what the checks say about it.
+PLANTED_ERRORS = {
+    "nbval link": (
+        "notebooks/01_patch_embedding.ipynb",
+        "runs each notebook with [nbval](https://github.com/computationalmystic/nbval) in CI.",
+        "the project nbval is github.com/computationalmodelling/nbval"),
+    "ex03 section pointer": (
+        "exercises/ex03_vision_transformer.py",
+        'Notebook 03, section 9 ("Attention rollout"). Try it before reading the code.',
+        "'Attention rollout' is section 11"),
+    "README cls_in_keys": (
+        "README.md",
+        "| 05 | *5.1 `class_attention`*, 5.2 `class_attention(cls_in_keys=False)` |",
+        "has no parameter cls_in_keys"),
+    "09 running time, CPU seconds": (
+        "notebooks/09_capstone.ipynb",
+        "Section 2 trains four models (about 80 CPU seconds in all).",
+        "'80 CPU seconds' is not printed by its source"),
+    "09 running time, seconds": (
+        "notebooks/09_capstone.ipynb",
+        "On two idle cores it runs in about 70 s.", "'70 s' is not printed"),
+    "09 running time, minutes": (
+        "notebooks/09_capstone.ipynb",
+        "The whole notebook takes about 2 min.", "'2 min' is not printed"),
+    "09 the README's table": (
+        "notebooks/09_capstone.ipynb",
+        "The results live in `benchmarks/results/digits.json`, the file the README's table comes "
+        "from.", "README.md shows no results table"),
+    "check.py notebooks 01-08": (
+        "exercises/check.py",
+        "check: no exercise matches {...} (notebooks 01-08, or IDs like 2.2)",
+        "the exercises follow notebooks 01, 02, 03, 04, 05, 06, 07, 08, 10"),
+    "10 step for step in float32": (
+        "notebooks/10_backprop_by_hand.ipynb",
+        "In float32 the two trainers agree step for step, all 270 steps.",
+        "'270 steps' is not printed by its source"),
+    "10 about 99% (notebook 09)": (
+        "notebooks/10_backprop_by_hand.ipynb",
+        "the trainer's full recipe reaches about 99% (notebook 09).", "'99%' is not printed"),
+    "ex01 the ordering trap": (
+        "exercises/ex01_patch_embedding.py",
+        'Notebook 01, section 2 ("The ordering trap") shows a patch embedding.',
+        "01_patch_embedding.ipynb's section 2 is"),
+}
+
+
+@pytest.mark.parametrize("name", PLANTED_ERRORS)
+def test_checks_find_each_planted_error(name):
+    path, text, expected = PLANTED_ERRORS[name]
+    problems = _problems(path, text)
+    assert expected in problems, f"not found: {expected}\n{problems}"
+
+
+def test_checks_find_a_stub_whose_signature_is_not_its_notebooks():
+    stub = (ROOT / "exercises" / "ex07_conv_position_encoding.py").read_text(encoding="utf-8")
+    planted = stub.replace("size, weights: list, biases: list)", "size, params: dict, window: dict)")
+    assert planted != stub
+    notebook = ROOT / "notebooks" / "07_conv_position_encoding.ipynb"
+    problems = "\n".join(factcheck.stub_signature_problems(
+        "ex07", planted, factcheck.definitions(stub), factcheck.notebook_definitions(notebook),
+        notebook.name))
+    assert "conv_rel_pos_enc(q, v, size, params, window): the solution takes (q, v, size, " \
+           "weights, biases)" in problems
+    assert "writes it as conv_rel_pos_enc(q, v, size, weights, biases)" in problems
+
+
+def test_checks_find_a_results_file_filled_by_hand(tmp_path):
+    results = tmp_path / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    (tmp_path / "benchmarks" / "bench_digits.py").write_text("")
+    path = results / "digits.json"
+    path.write_text(json.dumps({
+        "benchmark": "digits", "written_by": "python benchmarks/bench_digits.py --threads 1",
+        "note": "Filled by hand from the README's table: the per-split runs were not kept.",
+        "models": {"vit_digits": {"test_accuracy": {"mean": 0.98, "std": 0.01}, "runs": []}}}))
+    problems = "\n".join(factcheck.results_file_problems(path, tmp_path))
+    assert "says it was filled by hand" in problems
+    assert "models.vit_digits.runs is empty" in problems
+
+
+def test_numbers_match_at_the_precision_shown():
+    def quantity(text):
+        (q,) = factcheck.quantities(text)
+        return q
+
+    printed = factcheck.printed_numbers("test accuracy 0.9283 | 64.4 s | 6.8× | 12.5%")
+    assert any(factcheck.matches(quantity("reaches 92.8%."), p) for p in printed)
+    assert not any(factcheck.matches(quantity("reaches 92.9%."), p) for p in printed)
+    assert any(factcheck.matches(quantity("in about 60 s"), p) for p in printed)  # 64.4 -> 60
+    assert not any(factcheck.matches(quantity("in about 70 s"), p) for p in printed)
+    assert any(factcheck.matches(quantity("about 1 min"), p) for p in printed)
+    assert any(factcheck.matches(quantity("6.8× the box's share"), p) for p in printed)
+    assert [q.text for q in factcheck.quantities(
+        "a 14 × 14 grid, `98.6%`, $50\\%$, under 60 s, 99.0 ± 0.5% over 98.50-99.00%")] == [
+        "99.0%", "0.5%", "98.50%", "99.00%"]
+
+
+def test_directives_exempt_and_source_only_their_paragraph(tmp_path):
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "x.json").write_text(
+        json.dumps({"svc": {"test_accuracy": 0.9889}, "cpu_seconds": 47.2}))
+    text = ("Split 20% for the test. <!-- not measured: 20% -->\n\n"
+            "Again 20% here.\n\n"
+            "<!-- source: benchmarks/results/x.json -->\n"
+            "The SVC reaches 98.9% in 47 s, and 12.3% of nothing.\n")
+    problems = "\n".join(factcheck.number_problems(_page("docs/results.md", text), tmp_path))
+    assert "'20%' is not printed" in problems and problems.count("'20%'") == 1
+    assert "'12.3%'" in problems and "'98.9%'" not in problems and "'47 s'" not in problems
+    stale = _problems("docs/results.md", "Nothing here. <!-- not measured: 5% -->\n")
+    assert "names a number the paragraph does not show" in stale

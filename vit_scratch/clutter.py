@@ -37,7 +37,7 @@ from . import validation
 
 #: The knobs and their defaults (``digits_in_clutter``'s keyword arguments).
 DEFAULTS = dict(canvas_size=16, scale=1, distractors=0, distractor_contrast=0.5, clutter=0,
-                noise=0.1, rotate=0.0)
+                noise=0.1, rotate=0.0, grid=1)
 
 
 @dataclass
@@ -78,11 +78,13 @@ def digit_pool(pool: str = "train", test_fraction: float = 0.2, split_seed: int 
 
 def digits_in_clutter(n: int, *, canvas_size: int = 16, scale: int = 1, distractors: int = 0,
                       distractor_contrast: float = 0.5, clutter: int = 0, noise: float = 0.1,
-                      rotate: float = 0.0, pool: str = "train", test_fraction: float = 0.2,
-                      split_seed: int = 0, seed: int = 0) -> Clutter:
+                      rotate: float = 0.0, grid: int = 1, pool: str = "train",
+                      test_fraction: float = 0.2, split_seed: int = 0, seed: int = 0) -> Clutter:
     """``n`` canvases of ``canvas_size``² pixels, each with one digit of the label (enlarged
     ``scale`` times), ``distractors`` fainter digits of other classes, ``clutter`` digit
-    fragments, and noise; see the module's docstring.  The labels are balanced (each class
+    fragments, and noise; see the module's docstring.  ``grid`` > 1 puts the digits' corners
+    on multiples of ``grid`` pixels (a ViT's patch grid: every digit then covers whole patches,
+    as it would if the patches followed the object).  The labels are balanced (each class
     ``n // 10`` or one more times) and shuffled.  Everything is fixed by ``seed`` (and the pool by
     ``pool``, ``test_fraction``, ``split_seed``): the same arguments give the same canvases."""
     n = validation.check_int(n, "n", minimum=1)
@@ -93,16 +95,19 @@ def digits_in_clutter(n: int, *, canvas_size: int = 16, scale: int = 1, distract
     validation.check_float(distractor_contrast, "distractor_contrast", 0.0, 1.0)
     validation.check_float(noise, "noise", 0.0, 1.0)
     validation.check_float(rotate, "rotate", 0.0, 180.0)
+    grid = validation.check_int(grid, "grid", minimum=1)
     validation.check_int(seed, "seed", minimum=0)
     if size < side:
         raise ValueError(f"canvas_size {size} is smaller than the digit ({side} pixels at "
                          f"scale={scale})")
-    if distractors and size < 2 * side:
-        raise ValueError(f"distractors={distractors} need a canvas_size of at least {2 * side} "
-                         f"(two {side}-pixel digits side by side), got {size}")
+    places = np.arange(0, size - side + 1, grid)  # where a digit's corner may go
+    if distractors and places[-1] < side:
+        raise ValueError(f"distractors={distractors} need room for two {side}-pixel digits side "
+                         f"by side (corners on multiples of grid={grid}), and canvas_size={size} "
+                         f"has none")
     settings = dict(n=n, canvas_size=size, scale=scale, distractors=distractors,
                     distractor_contrast=float(distractor_contrast), clutter=clutter,
-                    noise=float(noise), rotate=float(rotate), pool=pool,
+                    noise=float(noise), rotate=float(rotate), grid=grid, pool=pool,
                     test_fraction=float(test_fraction), split_seed=split_seed, seed=seed)
     digits, digit_labels = digit_pool(pool, test_fraction, split_seed)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0 if pool == "train" else 1]))
@@ -115,8 +120,7 @@ def digits_in_clutter(n: int, *, canvas_size: int = 16, scale: int = 1, distract
         big = digits[_pick(by_class, classes, rng)].repeat(scale, axis=1).repeat(scale, axis=2)
         return _rotate(big, rng.uniform(-rotate, rotate, size=len(classes))) if rotate else big
 
-    positions = size - side + 1
-    top, left = rng.integers(0, positions, size=(2, n))
+    top, left = places[rng.integers(0, len(places), size=(2, n))]
     boxes = np.stack([top, left, np.full(n, side), np.full(n, side)], axis=1).astype(np.int64)
     _paste(canvas, draw(labels), top, left)
 
@@ -124,7 +128,7 @@ def digits_in_clutter(n: int, *, canvas_size: int = 16, scale: int = 1, distract
     d_labels = np.zeros((n, distractors), dtype=np.int64)
     for j in range(distractors):  # one slot at a time, vectorized over the canvases
         other = (labels + rng.integers(1, 10, size=n)) % 10  # any class but the label
-        d_top, d_left = _free_positions(top, left, side, size, rng)
+        d_top, d_left = _free_positions(top, left, side, places, rng)
         _paste(canvas, distractor_contrast * draw(other), d_top, d_left)
         d_boxes[:, j] = np.stack([d_top, d_left, np.full(n, side), np.full(n, side)], axis=1)
         d_labels[:, j] = other
@@ -162,12 +166,12 @@ def _paste(canvas, pieces, top, left) -> None:
     canvas[idx, rows, cols] = np.maximum(canvas[idx, rows, cols], pieces)
 
 
-def _free_positions(top, left, side, size, rng):
-    """A uniformly random (top, left) per canvas for a ``side``-pixel square that does not
-    overlap the square at (``top``, ``left``): every position is scored, the overlapping ones
-    are ruled out, and the highest random score among the rest wins."""
-    grid = np.arange(size - side + 1)
-    cand_t, cand_l = (a.ravel() for a in np.meshgrid(grid, grid, indexing="ij"))  # (P,)
+def _free_positions(top, left, side, places, rng):
+    """A uniformly random (top, left) per canvas, out of ``places`` × ``places``, for a
+    ``side``-pixel square that does not overlap the square at (``top``, ``left``): every
+    position is scored, the overlapping ones are ruled out, and the highest random score among
+    the rest wins."""
+    cand_t, cand_l = (a.ravel() for a in np.meshgrid(places, places, indexing="ij"))  # (P,)
     overlap = ((np.abs(cand_t[None] - top[:, None]) < side)
                & (np.abs(cand_l[None] - left[:, None]) < side))  # (n, P)
     score = np.where(overlap, -1.0, rng.random(overlap.shape))
@@ -205,17 +209,17 @@ def box_mask(boxes, size: int) -> np.ndarray:
 
 
 #: The set ``python -m vit_scratch.train --data digits_in_clutter`` trains on: the canvas is the
-#: model's input size, the digit enlarged ``max(1, size // 16)`` times, one distractor at half
-#: contrast and two fragments of clutter.
-TRAINER_SET = dict(n_train=8000, n_test=2000, distractors=1, distractor_contrast=0.5, clutter=2,
-                   noise=0.1, rotate=0.0)
+#: model's input size, the digit enlarged ``max(1, size // 24)`` times with its corner on the
+#: 4-pixel patch grid of the small models, and one distractor at half contrast.
+TRAINER_SET = dict(n_train=8000, n_test=2000, distractors=1, distractor_contrast=0.5, clutter=0,
+                   noise=0.1, rotate=0.0, grid=4)
 
 
 def trainer_splits(canvas_size: int, test_fraction: float = 0.2, seed: int = 0):
     """``((x, y, boxes) train, (x, y, boxes) test)`` of the trainer's ``digits_in_clutter``
     (``TRAINER_SET``) on ``canvas_size``² canvases: the training canvases from the pool's
     training digits, the test canvases from its test digits, both fixed by ``seed``."""
-    scale = max(1, canvas_size // 16)
+    scale = max(1, canvas_size // 24)
     knobs = {k: v for k, v in TRAINER_SET.items() if not k.startswith("n_")}
     parts = []
     for pool, n in (("train", TRAINER_SET["n_train"]), ("test", TRAINER_SET["n_test"])):

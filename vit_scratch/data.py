@@ -274,6 +274,10 @@ DATASETS = {
               "model's input",
     "digits_on_canvas": "the localisation set: each digit at a random place on a noisy canvas "
                         "of the model's input size (boxes in dataset.boxes)",
+    # the clutter world (vit_scratch.clutter): one digit, a fainter distractor digit, noise
+    "digits_in_clutter": "8,000 training and 2,000 test canvases of the model's input size, "
+                         "each with a digit, a fainter digit of another class and noise "
+                         "(vit_scratch.clutter; boxes in dataset.boxes)",
 }
 
 
@@ -718,8 +722,15 @@ def make_datasets(data, model, test_fraction: float = 0.2, seed: int = 0, *,
         if augment is not None and augment.augments:
             raise ValueError(f"--flip, --crop-scale and --color-jitter augment folders of "
                              f"pictures; for {data!r} use --rotate, --translate and --scale")
-        splits = (digits_datasets if data == "digits" else canvas_datasets)(
-            model, test_fraction, seed)
+        if data == "digits_in_clutter":  # the clutter world (vit_scratch.clutter)
+            from .clutter import trainer_splits
+
+            size = resolve_pretrained_cfg(model)["input_size"][-1]
+            splits = tuple(_tensor_dataset(to_model_input(x, model), y, [str(d) for d in range(10)],
+                                           boxes=b) for x, y, b in trainer_splits(size, test_fraction, seed))
+        else:
+            splits = (digits_datasets if data == "digits" else canvas_datasets)(
+                model, test_fraction, seed)
         if val_fraction is None:
             return splits
         return (*validation_split(splits[0], val_fraction, seed), splits[1])

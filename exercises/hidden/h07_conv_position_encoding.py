@@ -143,6 +143,12 @@ def crpe_params(window, d, seed):
     return p
 
 
+def groups(params, window):
+    """The dict of timm's names -> the stub's (weights, biases) lists, in the window's order."""
+    return ([params[f"conv_list.{i}.weight"] for i in range(len(window))],
+            [params[f"conv_list.{i}.bias"] for i in range(len(window))])
+
+
 def crpe_ref(q, v, size, params, window, zero_cls=True, heads="hd", sort=False, swap_hw=False, gate=True):
     qt, vt = T(np.asarray(q, dtype=np.float64)), T(np.asarray(v, dtype=np.float64))
     B, h, n, d = qt.shape
@@ -190,9 +196,9 @@ def crpe_mistakes(q, v, size, p, window):
         out.append((crpe_ref(q, v, size, p, window, heads="dh"), "channels are head-major: the image of v "
                                                                  "is (B, h·d, H, W) with channel h_i·d + c"))
     if list(window) != sorted(window):
-        out.append((crpe_ref(q, v, size, p, window, sort=True), "the head groups follow the dict's order "
-                                                                "({3: 2, 5: 3, 7: 3} order), conv_list.i "
-                                                                "for the i-th entry"))
+        out.append((crpe_ref(q, v, size, p, window, sort=True), "the head groups follow the lists' order: "
+                                                                "weights[i] convolves the i-th block of "
+                                                                "heads, whatever its kernel size"))
     if H != W:
         out.append((crpe_ref(q, v, size, p, window, swap_hw=True), "the grid is (H, W), raster order: "
                                                                    "token 1 + r·W + c is row r, column c"))
@@ -210,7 +216,7 @@ def conv_rel_pos_enc(g):
         p = {"conv_list.0.weight": np.array([2.0, -1.0]).reshape(2, 1, 1, 1), "conv_list.0.bias": np.array([0.5, 1.0])}
         expected = np.zeros_like(q)
         expected[:, :, 1:] = q[:, :, 1:] * (v[:, :, 1:] * [2.0, -1.0] + [0.5, 1.0])
-        close(f(q, v, (2, 2), p, {1: 1}), expected, "EV = q ⊙ (w·v + b), zero class row", atol=1e-12,
+        close(f(q, v, (2, 2), *groups(p, {1: 1})), expected, "EV = q ⊙ (w·v + b), zero class row", atol=1e-12,
               mistakes=crpe_mistakes(q, v, (2, 2), p, {1: 1}))
 
     @g.part("random inputs vs an independent reference (windows {3: 2, 5: 3, 7: 3} and others)", 4)
@@ -222,7 +228,7 @@ def conv_rel_pos_enc(g):
             h = sum(window.values())
             q, v = r.standard_normal((B, h, 1 + H * W, d)), r.standard_normal((B, h, 1 + H * W, d))
             p = crpe_params(window, d, int(r.integers(1 << 30)))
-            close(f(q, v, (H, W), p, window), crpe_ref(q, v, (H, W), p, window),
+            close(f(q, v, (H, W), *groups(p, window)), crpe_ref(q, v, (H, W), p, window),
                   f"CRPE on a {H}x{W} grid, {h} heads, d={d}, window {window}", atol=1e-10,
                   mistakes=crpe_mistakes(q, v, (H, W), p, window))
 
@@ -231,7 +237,7 @@ def conv_rel_pos_enc(g):
         r = rng(713)
         window = {3: 2, 5: 1}
         q, v = r.standard_normal((2, 3, 1 + 12, 2)), r.standard_normal((2, 3, 1 + 12, 2))
-        got = np.asarray(f(q, v, (3, 4), crpe_params(window, 2, 714), window))
+        got = np.asarray(f(q, v, (3, 4), *groups(crpe_params(window, 2, 714), window)))
         if got.shape != q.shape:
             raise Fail(f"expected shape {q.shape} (the class token's row included), got {got.shape}")
         if np.any(got[:, :, 0] != 0):
@@ -243,23 +249,23 @@ def conv_rel_pos_enc(g):
         window = {3: 1, 5: 1}
         q, v = (r.standard_normal((2, 2, 1 + 20, 3)).astype(np.float32) for _ in range(2))
         p = {k: a.astype(np.float32) for k, a in crpe_params(window, 3, 716).items()}
-        close(f(q, v, (4, 5), p, window), crpe_ref(q, v, (4, 5), p, window), "float32 CRPE", atol=1e-5,
+        close(f(q, v, (4, 5), *groups(p, window)), crpe_ref(q, v, (4, 5), p, window), "float32 CRPE", atol=1e-5,
               dtype=np.float32)
 
     @g.part("ValueError for heads that do not add up, or a wrong number of tokens", 1)
     def _():
         q = np.zeros((1, 4, 10, 2))
         p = crpe_params({3: 2, 5: 2}, 2, 717)
-        expect_error(ValueError, lambda: f(q, q, (3, 3), crpe_params({3: 2, 5: 1}, 2, 717), {3: 2, 5: 1}),
+        expect_error(ValueError, lambda: f(q, q, (3, 3), *groups(crpe_params({3: 2, 5: 1}, 2, 717), {3: 2, 5: 1})),
                      "window heads 3 for 4 heads")
-        expect_error(ValueError, lambda: f(q, q, (3, 4), p, {3: 2, 5: 2}), "10 tokens for a 3x4 grid")
+        expect_error(ValueError, lambda: f(q, q, (3, 4), *groups(p, {3: 2, 5: 2})), "10 tokens for a 3x4 grid")
 
     def make(H=3, W=4, h=2):
         r = rng(718)
         window = {3: h}
         q = r.standard_normal((1, h, 1 + H * W, 2))
         p = crpe_params(window, 2, 719)
-        return f.later(q, q, (H, W), p, window)
+        return f.later(q, q, (H, W), *groups(p, window))
 
     g.no_loops(2, make, {"pixel rows": ({"H": 3}, {"H": 11}, 8), "pixel columns": ({"W": 4}, {"W": 12}, 8),
                          "heads": ({"h": 2}, {"h": 10}, 8)},
