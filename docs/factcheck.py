@@ -27,8 +27,8 @@ a source, at the precision it is shown:
 
 Not counted: numbers in code (inline or fenced), in maths (``$...$``), in HTML comments, in
 tables printed from a results file (``<!-- table: ... -->``, checked by their own test),
-dimensions (``14 × 14``), and bounds (``under 60 s``, ``at most``, ``≤``, ``within``), which
-are requirements rather than measurements.
+dimensions (``14 × 14``), and bounds (``under 60 s``, ``above 90%``, ``at most``, ``≤``,
+``within``), which are requirements rather than measurements.
 
 A number *matches* a source's number when the source's number, rounded to the decimals shown,
 equals it (a whole number with trailing zeros, ``70 s``, may be rounded to its last non-zero
@@ -76,7 +76,8 @@ UNIT = "|".join(f"(?P<{kind}>{pattern})" for kind, pattern in UNITS.items())
 QUANTITY = re.compile(
     rf"(?<![\w.,/-])(?P<first>{NUMBER})(?:\s?(?:±|-|–|to|and)\s?(?P<second>{NUMBER}))?\s?(?:{UNIT})")
 DIMENSION = re.compile(rf"(?:{NUMBER})\s?[×x]\s?(?:{NUMBER})(?:\s?[×x]\s?(?:{NUMBER}))*")
-BOUND = re.compile(r"(?:under|below|at most|no more than|within|≤|<=|<)\s*(?:about\s)?$", re.I)
+BOUND = re.compile(r"(?:under|below|at most|no more than|within|above|at least|≤|<=|<|≥|>=|>)\s*"
+                   r"(?:about\s)?$", re.I)
 DIRECTIVE = re.compile(r"<!--\s*(source|not measured)\s*:\s*(.*?)\s*-->", re.S)
 TABLE_MARK = re.compile(r"<!-- table: .*? -->\n((?:\|.*\n?)+)")
 
@@ -114,6 +115,7 @@ def countable_text(text: str) -> str:
     body = re.sub(r"\$\$.*?\$\$|\$[^$\n]+\$", _blank, body, flags=re.S)
     body = re.sub(r"(`+)(?!`).+?(?<!`)\1(?!`)", _blank, body, flags=re.S)
     body = re.sub(r"\]\([^)]*\)|<https?://[^>]*>|https?://\S+", _blank, body)
+    body = re.sub(r"</?[a-zA-Z][^>]*>", _blank, body)  # HTML tags: width="46%" is no measurement
     return body
 
 

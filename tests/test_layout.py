@@ -26,7 +26,8 @@ LAYERS = (
     (3, ("numpy_nn", "torch_nn")),  # the two rooms; neither imports the other
     (4, ("models",)),  # the factory's table: a name -> its family's classes
     (5, ("weights",)),  # checkpoints (they know the families through the factory's table)
-    (6, ("data", "hub")),  # images, datasets, preprocessing; models with weights (timm's way)
+    # generated canvases; images, datasets, preprocessing; models with weights (timm's way)
+    (6, ("clutter", "data", "hub")),
     (7, ("plotting",)),  # figures from a model's interface
     (8, ("distributed", "run_folder", "numpy_backend")),  # torchrun; run folders; NumPy steps
     (9, ("train",)),  # the trainer

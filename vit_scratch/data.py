@@ -727,7 +727,8 @@ def make_datasets(data, model, test_fraction: float = 0.2, seed: int = 0, *,
 
             size = resolve_pretrained_cfg(model)["input_size"][-1]
             splits = tuple(_tensor_dataset(to_model_input(x, model), y, [str(d) for d in range(10)],
-                                           boxes=b) for x, y, b in trainer_splits(size, test_fraction, seed))
+                                           boxes=b)
+                           for x, y, b in trainer_splits(size, test_fraction, seed))
         else:
             splits = (digits_datasets if data == "digits" else canvas_datasets)(
                 model, test_fraction, seed)
