@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import shlex
 import sys
 import time
@@ -105,6 +106,8 @@ def main(argv=None):
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     models = args.models or vit_scratch.list_models("*_digits")
     changes = train_changes(args.train_arg, models)
+    commit = git_commit()  # the code that runs, before it does
+    load_start = os.getloadavg()[0]
 
     svc_runs = []
     for seed in args.seeds:
@@ -139,7 +142,9 @@ def main(argv=None):
         "benchmark": "digits",
         "written_by": "python benchmarks/bench_digits.py " + shlex.join(
             sys.argv[1:] if argv is None else argv),
-        "commit": git_commit(),
+        "commit": commit,
+        "load_average": {"start": load_start, "end": os.getloadavg()[0]},  # a busy machine's
+        # CPU seconds are higher than an idle one's; its accuracies are the same
         "settings": {"seeds": args.seeds, "threads": args.threads or torch.get_num_threads(),
                      "device": args.device, "torch": str(torch.__version__),
                      "test_fraction": 0.2, "val_fraction": TrainSettings().val_fraction,

@@ -14,6 +14,9 @@ Each results file says what it holds in its ``"benchmark"`` field:
   several random train/test splits, beside an SVC.
 * ``"models"``: ``bench_models.py --json``, ours against timm, NumPy against PyTorch.
 * ``"attention"``: ``bench_attention.py --json``, the attention kernels as the tokens grow.
+* ``"vit_data_scaling"``, ``"cait"``, ``"coat"``, ``"attention_localisation"``: the experiment
+  scripts ``exp_*.py`` (the papers' claims in miniature, mean ± std over seeds); ``--part``
+  picks one table of a file that has two.
 """
 from __future__ import annotations
 
@@ -38,7 +41,8 @@ def percent(stat: dict) -> str:
 
 def signed(value: float) -> str:
     """``+0.12`` or ``−0.12`` (a true minus sign, as in the tables)."""
-    return f"{value:+.2f}".replace("-", "\u2212")
+    text = f"{value:+.2f}"
+    return "0.00" if text in ("+0.00", "-0.00") else text.replace("-", "\u2212")
 
 
 def epoch_cost(data: dict, name: str, relative_to: str = "vit_digits") -> float:
@@ -124,19 +128,99 @@ def attention_table(data: dict) -> str:
     return "\n".join(lines)
 
 
-TABLES = {"digits": digits_table, "models": models_table, "attention": attention_table}
+def _pm(stat: dict, scale: float = 100, digits: int = 1) -> str:
+    return f"{scale * stat['mean']:.{digits}f} ± {scale * stat['std']:.{digits}f}"
 
 
-def table(path) -> str:
+def scaling_table(data: dict) -> str:
+    """Test accuracy (%) against the number of training canvases (exp_vit_data_scaling.py)."""
+    names = {"vit": "ViT (`vit_digits`)", "cnn": "small CNN", "svm": "SVM on the pixels"}
+    models = [m for m in names if m in data["curves"]]
+    sizes = sorted({int(n) for m in models for n in data["curves"][m]})
+    lines = ["| training canvases | " + " | ".join(names[m] for m in models) + " |",
+             "|---|" + "---|" * len(models)]
+    for n in sizes:
+        lines.append(f"| {n:,} | " + " | ".join(f"{_pm(data['curves'][m][str(n)])} %"
+                                                for m in models) + " |")
+    return "\n".join(lines)
+
+
+FORM_NAMES = {"prenorm": "pre-norm", "rezero": "ReZero (α, no norm)",
+              "prenorm_scalar": "α with norm", "layerscale": "LayerScale"}
+
+
+def cait_table(data: dict, part: str = "depth") -> str:
+    """exp_cait.py: best validation accuracy (%) by depth and residual form, or the class token
+    from the start against class attention at the end."""
+    if part == "depth":
+        summary = data["depth"]["summary"]
+        forms = list(summary)
+        depths = sorted({int(d) for f in forms for d in summary[f]})
+        lines = ["| depth | " + " | ".join(FORM_NAMES.get(f, f) for f in forms) + " |",
+                 "|---|" + "---|" * len(forms)]
+        for d in depths:
+            lines.append(f"| {d} | " + " | ".join(f"{_pm(summary[f][str(d)]['val_accuracy'])} %"
+                                                  for f in forms) + " |")
+        return "\n".join(lines)
+    summary = data["class_token"]["summary"]
+    names = {"late": "class attention at the end (CaiT)", "from_start": "class token from the start"}
+    lines = ["| the class token | test accuracy | validation accuracy | parameters |",
+             "|---|---|---|---|"]
+    for key, entry in summary.items():
+        lines.append(f"| {names.get(key, key)} | {_pm(entry['test_accuracy'])} % "
+                     f"| {_pm(entry['val_accuracy'])} % | {entry['params']:,} |")
+    return "\n".join(lines)
+
+
+def coat_table(data: dict, part: str = "positions") -> str:
+    """exp_coat.py: CRPE and CPE on and off, or the two parallel variants (test accuracy, %)."""
+    if part == "positions":
+        names = {"both": "CRPE + CPE", "no_crpe": "CPE only", "no_cpe": "CRPE only",
+                 "none": "neither"}
+        key, summary = "position encodings", data["positions"]["summary"]
+    else:
+        names = {"interpolation": "feature interpolation", "cross_attention": "cross-layer attention"}
+        key, summary = "parallel blocks", data["parallel"]["summary"]
+    lines = [f"| {key} | test accuracy | validation accuracy | parameters trained |",
+             "|---|---|---|---|"]
+    for name, entry in summary.items():
+        lines.append(f"| {names.get(name, name)} | {_pm(entry['test_accuracy'], digits=2)} % "
+                     f"| {_pm(entry['val_accuracy'], digits=2)} % | {entry['trained_params']:,} |")
+    return "\n".join(lines)
+
+
+def localisation_table(data: dict) -> str:
+    """exp_attention_localisation.py: the share of each view's weight in the boxes (%)."""
+    lines = ["| model | view | test accuracy | in the true box | on the distractor | × chance "
+             "| ink map, true box | untrained, true box |",
+             "|---|---|---|---|---|---|---|---|"]
+    for kind, entry in data["summary"].items():
+        for view, v in entry["views"].items():
+            lines.append(f"| {kind} | {view} | {_pm(entry['test_accuracy'])} % "
+                         f"| {_pm(v['true_box'])} % | {_pm(v['distractor_box'])} % "
+                         f"| {v['ratio_to_chance']['mean']:.1f} | {_pm(entry['ink_true_box'])} % "
+                         f"| {_pm(v['untrained_true_box'])} % |")
+    return "\n".join(lines)
+
+
+TABLES = {"digits": digits_table, "models": models_table, "attention": attention_table,
+          "vit_data_scaling": scaling_table, "cait": cait_table, "coat": coat_table,
+          "attention_localisation": localisation_table}
+
+
+def table(path, part: str | None = None) -> str:
     data = load(path)
-    return TABLES[data["benchmark"]](data)
+    make = TABLES[data["benchmark"]]
+    return make(data) if part is None else make(data, part)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("results", help="a file under benchmarks/results/")
+    parser.add_argument("--part", help="the table of a file that has two: depth or class_token "
+                                       "(cait.json), positions or parallel (coat.json)")
     args = parser.parse_args(argv)
-    print(table(args.results))
+    print(table(args.results, args.part))
 
 
 if __name__ == "__main__":

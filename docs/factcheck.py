@@ -79,7 +79,7 @@ DIMENSION = re.compile(rf"(?:{NUMBER})\s?[×x]\s?(?:{NUMBER})(?:\s?[×x]\s?(?:{N
 BOUND = re.compile(r"(?:under|below|at most|no more than|within|above|at least|≤|<=|<|≥|>=|>)\s*"
                    r"(?:about\s)?$", re.I)
 DIRECTIVE = re.compile(r"<!--\s*(source|not measured)\s*:\s*(.*?)\s*-->", re.S)
-TABLE_MARK = re.compile(r"<!-- table: .*? -->\n((?:\|.*\n?)+)")
+TABLE_MARK = re.compile(r"<!-- table: .*? -->\n((?:\|.*\n?)+)")  # tables.py's, checked by a test
 
 
 @dataclass
@@ -141,6 +141,12 @@ def quantities(text: str) -> list[Quantity]:
     return found
 
 
+def _without_code(text: str) -> str:
+    """The text with its fenced blocks and inline code blanked (comments kept)."""
+    body = doccheck.FENCE.sub(_blank, text)
+    return re.sub(r"(`+)(?!`).+?(?<!`)\1(?!`)", _blank, body, flags=re.S)
+
+
 def blocks(text: str) -> list[Block]:
     """The page's paragraphs (runs of non-blank lines), each with its directives."""
     lines = text.split("\n")
@@ -151,7 +157,7 @@ def blocks(text: str) -> list[Block]:
         elif not line.strip() and start is not None:
             found.append(Block(start, number - 1))
             start = None
-    for m in DIRECTIVE.finditer(text):
+    for m in DIRECTIVE.finditer(_without_code(text)):
         line = text.count("\n", 0, m.start()) + 1
         block = next((b for b in found if b.start <= line <= b.end), None)
         if block is None:
@@ -367,15 +373,17 @@ def number_problems(page: doccheck.Page, root: Path = ROOT) -> list[str]:
 
 
 def directive_problems(page: doccheck.Page) -> list[str]:
-    """A ``<!-- source: -->`` or ``<!-- not measured: -->`` comment that stands alone (a blank
-    line after it) governs nothing."""
+    """A ``<!-- source: -->`` or ``<!-- not measured: -->`` comment that stands alone (blank
+    lines around it) governs nothing."""
     problems = []
-    for m in DIRECTIVE.finditer(page.text):
+    lines = page.text.split("\n")
+    page_blocks = blocks(page.text)
+    for m in DIRECTIVE.finditer(_without_code(page.text)):
         line = page.text.count("\n", 0, m.start()) + 1
-        block = next((b for b in blocks(page.text) if b.start <= line <= b.end), None)
-        after = page.text[m.end():].split("\n", 1)
-        if block is None or (len(after) > 1 and not after[0].strip() and not after[1].split(
-                "\n", 1)[0].strip() and line == block.end):
+        block = next((b for b in page_blocks if b.start <= line <= b.end), None)
+        rest = "" if block is None else re.sub(
+            r"<!--.*?-->", "", "\n".join(lines[block.start - 1:block.end]), flags=re.S)
+        if not rest.strip():
             problems.append(f"{page.where(line)}: <!-- {m.group(1)}: ... --> governs no paragraph: "
                             f"put it in the paragraph, or on the line just above it")
     return problems
@@ -643,8 +651,9 @@ def shown_results(root: Path = ROOT) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     for page in doccheck.markdown_pages(root):
         text = re.sub(r"(`+)(?!`).+?(?<!`)\1(?!`)", _blank, doccheck.FENCE.sub(_blank, page.text))
-        for m in re.finditer(r"<!-- table: python benchmarks/tables\.py (\S+) -->", text):
-            found.setdefault(page.name, set()).add(m.group(1))
+        for m in re.finditer(r"<!-- table: python benchmarks/tables\.py ([^>]+?) -->", text):
+            found.setdefault(page.name, set()).add(
+                next(t for t in m.group(1).split() if t.endswith(".json")))
     return found
 
 
@@ -652,7 +661,7 @@ def table_pointer_problems(page: doccheck.Page, shown: dict[str, set[str]]) -> l
     """"The README's table" (or "the table in results.md") points at a page that shows a
     results table, and at the one a results file named in the same paragraph is shown on."""
     problems = []
-    body = doccheck.prose(page.text)
+    body = doccheck.prose(_without_code(page.text))
     for block in blocks(body):
         text = "\n".join(body.split("\n")[block.start - 1:block.end])
         files = set(re.findall(r"benchmarks/results/[\w.-]+\.json", text))

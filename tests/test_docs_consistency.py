@@ -171,7 +171,7 @@ def test_commands_cover_the_pages_tools():
 
 # --- numbers from one source ---------------------------------------------------------------------
 
-TABLE_MARK = re.compile(r"<!-- table: (python benchmarks/tables\.py \S+) -->\n((?:\|.*\n?)+)")
+TABLE_MARK = re.compile(r"<!-- table: (python benchmarks/tables\.py [^>]+?) -->\n((?:\|.*\n?)+)")
 
 
 def shown_tables():
@@ -179,9 +179,13 @@ def shown_tables():
             for page in PAGES if not page.cells for m in TABLE_MARK.finditer(page.text)]
 
 
+def results_file(command: str) -> str:
+    return next(token for token in command.split() if token.endswith(".json"))
+
+
 def test_results_tables_are_printed_from_the_results_files():
     found = shown_tables()
-    assert {(name, command.split()[-1]) for name, command, _ in found} >= {
+    assert {(name, results_file(command)) for name, command, _ in found} >= {
         ("docs/results.md", "benchmarks/results/digits.json"),
         ("docs/speed.md", "benchmarks/results/models_2threads.json"),
         ("docs/speed.md", "benchmarks/results/models_1thread.json"),
@@ -195,7 +199,7 @@ def test_results_tables_are_printed_from_the_results_files():
 
 
 def test_every_results_file_is_shown():
-    shown = {command.split()[-1] for _, command, _ in shown_tables()}
+    shown = {results_file(command) for _, command, _ in shown_tables()}
     files = {p.relative_to(ROOT).as_posix() for p in (ROOT / "benchmarks/results").glob("*.json")}
     assert files == shown
 
@@ -213,16 +217,20 @@ def test_digits_summary_agrees_with_itself():
 
 
 def test_sentences_quote_the_digits_results():
+    """What the README and results.md say about the table beyond its numbers (which factcheck
+    finds in digits.json): which model is ahead, the range, and the ratios of epoch costs."""
     models = DIGITS["models"]
     readme, results = page_text("README.md"), page_text("docs/results.md")
     best = max(models, key=lambda n: models[n]["test_accuracy"]["mean"])
     means = sorted(100 * e["test_accuracy"]["mean"] for e in models.values())
-    coat = models["coat_digits"]["test_accuracy"]
-    assert f"{100 * coat['mean']:.1f} ± {100 * coat['std']:.1f}% over five splits" in readme
-    assert best == "coat_digits"  # the README calls it "the best digits command"
+    top = models[best]["test_accuracy"]
+    assert (f"has `{best}` ahead at {100 * top['mean']:.2f} ± {100 * top['std']:.2f}% over five "
+            f"splits") in readme
     assert f"reach {means[0]:.2f}-{means[-1]:.2f}%" in readme
-    assert f"{100 * DIGITS['svc']['test_accuracy']['mean']:.2f}%" in readme
     assert len(DIGITS["settings"]["seeds"]) == 5  # "five splits"
+    svc = DIGITS["svc"]["test_accuracy"]["mean"]
+    level = round(100 * top["mean"], 2) == round(100 * svc, 2)
+    assert ("level with an SVM" in readme) == level and ("ties the SVM" in results) == level
     lite, full = (tables.epoch_cost(DIGITS, n) for n in ("coat_lite_digits", "coat_digits"))
     assert f"about {lite:.1f}× (CoaT-Lite) and {full:.1f}× (CoaT) a ViT epoch" in results
 
@@ -418,3 +426,24 @@ def test_directives_exempt_and_source_only_their_paragraph(tmp_path):
     assert "'12.3%'" in problems and "'98.9%'" not in problems and "'47 s'" not in problems
     stale = _problems("docs/results.md", "Nothing here. <!-- not measured: 5% -->\n")
     assert "names a number the paragraph does not show" in stale
+
+
+def test_checkpoint_sizes_quoted_in_training_md():
+    """training.md: a CoaT safetensors file holds its shared tensors once per name. The sizes,
+    in MB of float32 weights, from the specs' key tables (every name) and shared keys (once)."""
+    import math
+
+    import vit_scratch
+    from vit_scratch.specs import coat
+
+    def megabytes(name):
+        cfg = vit_scratch.get_config(name)
+        shapes = coat.coat_param_shapes(cfg)
+        every = sum(math.prod(s) for s in shapes.values())
+        copies = sum(math.prod(shapes[k]) for group in coat.shared_keys(cfg) for k in group[1:])
+        return 4 * every / 1e6, 4 * (every - copies) / 1e6
+
+    text = page_text("docs/training.md")
+    (lite, lite_once), (full, full_once) = megabytes("coat_lite_tiny"), megabytes("coat_tiny")
+    assert (f"CoaT-Lite Tiny's weights take {lite:.1f} MB of its file instead of {lite_once:.1f} "
+            f"MB, CoaT Tiny's {full:.1f} MB instead of {full_once:.1f} MB") in text

@@ -215,17 +215,18 @@ TRAINER_SET = dict(n_train=8000, n_test=2000, distractors=1, distractor_contrast
                    noise=0.1, rotate=0.0, grid=4)
 
 
-def trainer_splits(canvas_size: int, test_fraction: float = 0.2, seed: int = 0):
-    """``((x, y, boxes) train, (x, y, boxes) test)`` of the trainer's ``digits_in_clutter``
+def trainer_worlds(canvas_size: int, test_fraction: float = 0.2, seed: int = 0):
+    """``(train, test)`` :class:`Clutter` sets of the trainer's ``digits_in_clutter``
     (``TRAINER_SET``) on ``canvas_size``² canvases: the training canvases from the pool's
     training digits, the test canvases from its test digits, both fixed by ``seed``."""
     scale = max(1, canvas_size // 24)
     knobs = {k: v for k, v in TRAINER_SET.items() if not k.startswith("n_")}
-    parts = []
-    for pool, n in (("train", TRAINER_SET["n_train"]), ("test", TRAINER_SET["n_test"])):
-        world = digits_in_clutter(n, canvas_size=canvas_size, scale=scale, pool=pool,
-                                  test_fraction=test_fraction, split_seed=seed, seed=seed, **knobs)
-        parts.append((world.images, world.labels, world.boxes))
-    return tuple(parts)
+    return tuple(digits_in_clutter(n, canvas_size=canvas_size, scale=scale, pool=pool,
+                                   test_fraction=test_fraction, split_seed=seed, seed=seed, **knobs)
+                 for pool, n in (("train", TRAINER_SET["n_train"]), ("test", TRAINER_SET["n_test"])))
 
 
+def trainer_splits(canvas_size: int, test_fraction: float = 0.2, seed: int = 0):
+    """``((x, y, boxes) train, (x, y, boxes) test)``: :func:`trainer_worlds`' arrays."""
+    return tuple((w.images, w.labels, w.boxes)
+                 for w in trainer_worlds(canvas_size, test_fraction, seed))
