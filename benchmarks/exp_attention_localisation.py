@@ -177,6 +177,27 @@ def summarise(runs: list[dict]) -> dict:
     return out
 
 
+def merge(paths, out=None) -> dict:
+    """One results file from several of the same experiment: their runs, summarised again; the
+    CPU seconds add up; ``written_by`` lists every part's command."""
+    import json
+
+    parts = [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
+    runs = sorted((r for part in parts for r in part["runs"]), key=lambda r: (r["model"], r["seed"]))
+    data = dict(parts[0])
+    data["written_by"] = " && ".join(part["written_by"] for part in parts)
+    commits = sorted({part["commit"] for part in parts})
+    data["commit"] = commits[0] if len(commits) == 1 else commits
+    data["settings"] = dict(parts[0]["settings"],
+                            seeds=sorted({r["seed"] for r in runs}),
+                            models={k: v for part in parts for k, v in part["settings"]["models"].items()})
+    data.update(summary=summarise(runs), runs=runs,
+                cpu_seconds=sum(part["cpu_seconds"] for part in parts))
+    if out:
+        experiment.write(out, data)
+    return data
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
@@ -186,8 +207,13 @@ def main(argv=None):
     parser.add_argument("--keep-runs", type=Path, default=None, metavar="DIR",
                         help="keep each run's folder here (tools/remake_weights.py --from-run "
                              "copies seed 0's into notebooks/weights/)")
+    parser.add_argument("--merge", nargs="+", metavar="FILE",
+                        help="instead of training: put the runs of these results files (the same "
+                             "experiment, other seeds or models, run in parallel processes) into one")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.json)
     experiment.one_thread()
     clock = experiment.CpuClock()
     import remake_weights

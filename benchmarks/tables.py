@@ -61,10 +61,12 @@ def digits_table(data: dict) -> str:
              "| training, CPU s |",
              "|---|---|---|---|---|---|"]
     for name, entry in models.items():
+        options = "".join(f" --{key.replace('_', '-')} {value}"
+                          for key, value in entry["train_changes"].items() if key != "epochs")
         if "epochs" in entry["train_changes"]:
-            command = f"`--model {name} --epochs {entry['epochs']}`"
+            command = f"`--model {name}{options} --epochs {entry['epochs']}`"
         else:
-            command = f"`--model {name}` ({entry['epochs']} epochs)"
+            command = f"`--model {name}{options}` ({entry['epochs']} epochs)"
         accuracy = percent(entry["test_accuracy"])
         if entry["test_accuracy"]["mean"] == best:
             accuracy = f"**{accuracy}**"

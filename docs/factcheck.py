@@ -100,7 +100,6 @@ class Block:
     end: int
     sources: list[str] = field(default_factory=list)
     not_measured: list[str] = field(default_factory=list)
-    directive_lines: list[int] = field(default_factory=list)
 
 
 def _blank(match) -> str:
@@ -164,7 +163,6 @@ def blocks(text: str) -> list[Block]:
             continue
         items = [i.strip() for i in m.group(2).split(",") if i.strip()]
         (block.sources if m.group(1) == "source" else block.not_measured).extend(items)
-        block.directive_lines.append(line)
     return found
 
 

@@ -139,6 +139,7 @@ def remake(name: str, runs: Path = RUNS, overwrite: bool = False, from_run: Path
                     train_cpu_seconds=json.dumps(round(cpu_seconds, 1)))
     target = WEIGHTS / f"{name}.safetensors"
     save_file(tensors, str(target), metadata=metadata)
+    target.chmod(0o644)
     print(f"{target.relative_to(ROOT)}: test accuracy {result['test_accuracy']:.4f}, "
           f"{result['cpu_seconds']:.0f} CPU s in the last run")
     return result
