@@ -81,7 +81,7 @@ def unpatchify(patches: np.ndarray, patch_size: int, img_size) -> np.ndarray:
 def conv_weight_to_hwc_linear(weight: np.ndarray) -> np.ndarray:
     """Exercise 1.3 -- load a conv checkpoint into a Linear that reads (row, col, channel) patches.
 
-    Notebook 01, section 2 ("The ordering trap") shows a patch embedding written as
+    Notebook 01, section 2 ("The flattening-order trap") shows a patch embedding written as
     ``Rearrange('b c (h s1) (w s2) -> b (h w) (s1 s2 c)')`` followed by ``nn.Linear``: each
     patch is flattened row, then column, then channel (channel last, "HWC"). Every ViT
     checkpoint stores the projection as a Conv2d weight of shape (E, C, P, P).

@@ -100,7 +100,7 @@ def attention_rollout(attn_maps: list) -> np.ndarray:
     """Exercise 3.3 (try first) -- attention rollout (Abnar & Zuidema, "Quantifying Attention
     Flow in Transformers", ACL 2020, https://arxiv.org/abs/2005.00928).
 
-    Notebook 03, section 9 ("Attention rollout"). Try it before reading the notebook's code.
+    Notebook 03, section 11 ("Attention rollout"). Try it before reading the notebook's code.
 
     attn_maps: a list with one (B, h, N, N) array of attention weights per block, first block
                first (rows sum to 1)
