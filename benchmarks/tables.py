@@ -14,6 +14,7 @@ Each results file says what it holds in its ``"benchmark"`` field:
   several random train/test splits, beside an SVC.
 * ``"models"``: ``bench_models.py --json``, ours against timm, NumPy against PyTorch.
 * ``"attention"``: ``bench_attention.py --json``, the attention kernels as the tokens grow.
+* ``"install"``: ``bench_install.py --json``, what the extras add in fresh environments.
 * ``"vit_data_scaling"``, ``"cait"``, ``"coat"``, ``"attention_localisation"``: the experiment
   scripts ``exp_*.py`` (the papers' claims in miniature, mean ± std over seeds); ``--part``
   picks one table of a file that has two.
@@ -205,7 +206,17 @@ def localisation_table(data: dict) -> str:
     return "\n".join(lines)
 
 
-TABLES = {"digits": digits_table, "models": models_table, "attention": attention_table,
+def install_table(data: dict) -> str:
+    """bench_install.py: what each extra adds to PyTorch's CPU build in a fresh environment."""
+    lines = ["| install | packages added | MB added | MB in all (with PyTorch's CPU build) "
+             "| wall time, s |", "|---|---|---|---|---|"]
+    for run in data["runs"]:
+        lines.append(f"| `pip install \".[{run['extra']}]\"` | {run['added_packages']} "
+                     f"| {run['added_MB']:.0f} | {run['total_MB']:,.0f} | {run['install_seconds']:.0f} |")
+    return "\n".join(lines)
+
+
+TABLES = {"digits": digits_table, "install": install_table, "models": models_table, "attention": attention_table,
           "vit_data_scaling": scaling_table, "cait": cait_table, "coat": coat_table,
           "attention_localisation": localisation_table}
 

@@ -287,11 +287,13 @@ def matches(quantity: Quantity, candidate: Printed) -> bool:
         if kind != "time":
             return False
         return _rounds_to(v * _seconds(candidate.unit) / _seconds(quantity.unit), quantity)
-    if quantity.kind == "size":
-        return kind in ("size", None) and (
-            _rounds_to(v, quantity) if candidate.unit in ("", quantity.unit)
-            else _rounds_to(v * 1024 ** ("GMK".index(candidate.unit[0]) - "GMK".index(
-                quantity.unit[0])), quantity) if candidate.unit[:1] in "GMK" else False)
+    if quantity.kind == "size":  # MB and GB of 10⁶ and 10⁹ bytes, as the scripts write them
+        if kind not in ("size", None):
+            return False
+        if candidate.unit in ("", quantity.unit) or not candidate.unit[:1] in "GMK":
+            return _rounds_to(v, quantity)
+        steps = "GMK".index(quantity.unit[0]) - "GMK".index(candidate.unit[0])
+        return _rounds_to(v * 1000.0 ** steps, quantity)
     return kind in (None, quantity.kind) and _rounds_to(v, quantity)  # ratio, count
 
 
