@@ -33,9 +33,8 @@ if not (EXERCISES / "grader" / "hidden" / "__init__.py").is_file() or not (EXERC
 from exercises.grader import bubblewrap  # noqa: E402
 from exercises.grader.fixtures.hostile import ALLOWED_HELPERS, ATTACKS, exercises_of  # noqa: E402
 
-needs_sandbox = pytest.mark.skipif(bubblewrap.detect()["problem"] is not None,
-                                   reason=f"no sandbox here: {bubblewrap.detect()['problem']}")
-pytestmark = needs_sandbox
+NO_SANDBOX = bubblewrap.detect()["problem"]
+needs_sandbox = pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no sandbox here: {NO_SANDBOX}")
 USER_ATTACKS = [a for a in ATTACKS if a.also_as_user]
 
 
@@ -43,6 +42,8 @@ USER_ATTACKS = [a for a in ATTACKS if a.also_as_user]
 def graded(tmp_path_factory):
     from exercises.grader.fixtures.proof import graded
 
+    if NO_SANDBOX:
+        pytest.skip(f"no sandbox here: {NO_SANDBOX}")
     return graded(tmp_path_factory.mktemp("grading"))
 
 
@@ -50,6 +51,8 @@ def graded(tmp_path_factory):
 def graded_as_user():
     from exercises.grader.fixtures.proof import graded_as_user
 
+    if NO_SANDBOX:
+        pytest.skip(f"no sandbox here: {NO_SANDBOX}")
     result = graded_as_user()
     if "skipped" in result:
         pytest.skip(result["skipped"])
@@ -170,6 +173,7 @@ def test_the_report_replaces_the_link_at_its_path_and_never_follows_it(run):
     assert report.read_text().lstrip().startswith("[") and '"score": 293' in report.read_text()
 
 
+@needs_sandbox
 def test_the_protections_are_said_in_words(monkeypatch):
     have, lack = bubblewrap.protections()
     assert any("bubblewrap" in line and "namespaces" in line for line in have) and lack == []
@@ -191,10 +195,12 @@ def _grade(*args, env=None, timeout=300):
 
 def test_the_help_says_which_protection_is_active():
     result = _grade("--help", timeout=60)
-    assert result.returncode == 0
-    assert f"bubblewrap {bubblewrap.detect()['version']}" in result.stdout and "--trust-submissions" in result.stdout
+    assert result.returncode == 0 and "--trust-submissions" in result.stdout
+    expected = f"no sandbox: {NO_SANDBOX}" if NO_SANDBOX else f"bubblewrap {bubblewrap.detect()['version']}: each exercise"
+    assert expected in " ".join(result.stdout.split()), result.stdout
 
 
+@needs_sandbox
 def test_without_bubblewrap_untrusted_submissions_are_refused_and_trusted_ones_graded(tmp_path):
     """No bwrap on the PATH: refused, saying why and what to install; --trust-submissions grades."""
     bare = tmp_path / "bin"
@@ -273,3 +279,112 @@ def test_a_planted_file_stops_grading_before_it_starts_and_is_named(tmp_path, pl
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and expected in result.stderr, result.stderr
     assert "refusing to grade" in result.stderr and "Hidden tests" not in result.stdout
+
+
+# ---- absence: what an exercise's sandbox holds (exercises/grader/views.py) ------------------------
+
+@pytest.fixture(scope="module")
+def views(tmp_path_factory):
+    """The views of the library and the packages, built as a grading run builds them."""
+    import exercises.grader.hidden  # noqa: F401 - registers every exercise
+    from exercises.grader.judge import REGISTRY
+    from exercises.grader.views import Views
+
+    built = Views(tmp_path_factory.mktemp("views"), ROOT / "vit_scratch")
+    return {ex_id: built.for_spec(spec) for ex_id, spec in REGISTRY.items()}
+
+
+def _defs(path: Path) -> dict:
+    """{qualified name of each function of a file: its body's first statement, as text}."""
+    import ast
+
+    out = {}
+
+    def visit(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, prefix + [child.name])
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out[".".join(prefix + [child.name])] = ast.unparse(child.body[0])
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(path.read_text()), [])
+    return out
+
+
+def test_in_every_view_each_function_of_the_two_rooms_is_absent(views):
+    """Whatever an exercise may use, the library's NumPy and PyTorch rooms are in its view only
+    as names: every function and method raises "not allowed" (3.2's four layers and what they
+    use excepted)."""
+    allowed_32 = {"linear", "layer_norm", "gelu", "softmax"}
+    for ex_id, view in views.items():
+        for room in ("numpy_nn", "torch_nn"):
+            for path in sorted((view["library"] / "vit_scratch" / room).glob("*.py")):
+                for name, first in _defs(path).items():
+                    kept = ex_id == "3.2" and path.name == "layers.py" and name in allowed_32
+                    assert ("_grader_absent" in first) != kept, (ex_id, path.name, name, first)
+
+
+def test_the_library_functions_kept_whole_are_its_import_machinery(views):
+    """Outside the rooms, only the few functions the package runs while it is imported (its
+    registries, lazy attributes) stay whole in a view that forbids the library; none computes
+    anything an exercise asks for."""
+    whole = set()
+    for path in sorted((views["2.1"]["library"] / "vit_scratch").rglob("*.py")):
+        rel = path.relative_to(views["2.1"]["library"]).with_suffix("").as_posix()
+        whole |= {f"{rel}:{name}" for name, first in _defs(path).items() if "_grader_absent" not in first}
+    assert 0 < len(whole) <= 8, whole
+    words = ("attention", "softmax", "block", "norm", "linear", "gelu", "patch", "interpolate", "conv", "param")
+    assert not [w for w in whole if any(word in w.lower() for word in words)], whole
+
+
+def test_a_view_replaces_forbidden_packages_and_functions_and_picks_its_zygote(views):
+    import scipy.special
+    import torch
+
+    def overlaid(ex_id):
+        return {Path(target).name: Path(source) for source, target in views[ex_id]["overlays"]}
+
+    torch_dir = Path(torch.__file__).parent.name
+    assert torch_dir in overlaid("8.1") and "scipy" in overlaid("8.1") and views["8.1"]["kind"] == "numpy"
+    assert "einops" in overlaid("2.4") and views["2.4"]["kind"] == "scipy"
+    assert {"signal", "ndimage"} <= set(overlaid("7.2")) and views["7.2"]["kind"] == "scipy"
+    softmax_file = overlaid("2.1")[Path(scipy.special.softmax.__code__.co_filename).name]
+    replaced = {name for name, first in _defs(softmax_file).items() if "_grader_absent" in first}
+    assert {"softmax", "log_softmax", "logsumexp"} <= replaced and views["2.1"]["kind"] == "numpy"
+    assert torch_dir not in overlaid("3.4") and views["3.4"]["kind"] == "torch"
+    assert views["3.2"]["kind"] == "scipy"
+
+
+def test_an_absent_package_imports_as_placeholders_and_raises_once_called(views, tmp_path):
+    """A file that also holds the PyTorch exercises still imports without torch (a class built
+    on nn.Module, type hints, a decorator); calling anything of it raises, naming the exercise."""
+    stub = next(Path(source) for source, target in views["8.1"]["overlays"] if Path(target).name == "torch")
+    (tmp_path / "torch").mkdir()
+    shutil.copy(stub / "__init__.py", tmp_path / "torch" / "__init__.py")
+    code = """
+import _grader_absent
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+class Block(nn.Module):
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor) -> torch.Tensor | None:
+        return x
+
+_grader_absent.STRICT = True
+try:
+    F.interpolate(1, size=2)
+except _grader_absent.NotAllowed as err:
+    print(err)
+try:
+    Block()
+except _grader_absent.NotAllowed as err:
+    print(err)
+"""
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{views['8.1']['library']}", "GRADER_EXERCISE": "8.1"}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert result.stdout.splitlines() == ["torch.nn.functional.interpolate is not allowed in exercise 8.1",
+                                          "torch.nn.Module is not allowed in exercise 8.1"], result.stderr

@@ -77,7 +77,9 @@ def protections(trusted: bool = False) -> tuple[list[str], list[str]]:
             "array bytes); the scores computed here",
             "what an exercise may not use is absent from its view: the library's functions replaced by ones "
             "that raise, forbidden packages (torch in a NumPy exercise, einops, parts of SciPy) by stubs",
-            "limits: CPU time, address space, output size, one process (no fork, no thread)",
+            "limits: CPU time, address space, output size, open files; one process and one thread: "
+            + ("the functions that would start others are taken away (as root the kernel's limit does not "
+               "count uid 0's processes)" if os.geteuid() == 0 else "the kernel refuses a fork or a thread"),
             "in the process: an audit hook and the loop count, their state out of the submission's reach",
             "the grader's files checked against exercises/grader/hidden/manifest.json, no bytecode loaded "
             "from the repository"]

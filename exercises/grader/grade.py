@@ -137,8 +137,12 @@ def _umask() -> int:
 
 
 def _epilog() -> str:
+    import textwrap
+
     have, lack = bubblewrap.protections()
-    lines = ["protections on this machine:"] + [f"  + {line}" for line in have] + [f"  - {line}" for line in lack]
+    lines = ["protections on this machine:"]
+    for mark, items in (("+", have), ("-", lack)):
+        lines += [textwrap.fill(item, 96, initial_indent=f"  {mark} ", subsequent_indent="    ") for item in items]
     return "\n".join(lines) + "\nsee docs/instructors.md"
 
 

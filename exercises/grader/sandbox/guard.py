@@ -99,11 +99,12 @@ def audit_hook(*, learner_dirs, library_dirs, stdlib_dirs, own_codes, send_dq, e
     under ``learner_dirs``, or code from nowhere known), a library's (``library_dirs``: the
     installed packages and the library's view), the standard library's (``stdlib_dirs``) or the
     grader's own (``own_codes``, where the walk stops). An event is the learner's when a frame
-    of the learner's comes before one of the grader's; then the rules apply. Compiling, running
-    new code and reading frames are the learner's only when the first frame that is not the
-    standard library's is (a library may build its dataclasses while the learner imports it;
-    the learner may not). ``send_dq(kind, detail)`` reports a disqualification before
-    ``exit_now(status)`` ends the process.
+    of the learner's comes before one of the grader's; then the rules apply. While a library
+    module is being imported on the way (its module code is on the stack), that library may
+    compile and run new code, read its caller's frame, build code objects and import what a
+    submission may not (it builds its dataclasses, its thread pool); the learner's code may
+    not. ``send_dq(kind, detail)`` reports a disqualification before ``exit_now(status)`` ends
+    the process.
     """
     getframe, recursion_limit = sys._getframe, sys.getrecursionlimit
     learner, library, stdlib = tuple(learner_dirs), tuple(library_dirs), tuple(stdlib_dirs)
@@ -127,17 +128,17 @@ def audit_hook(*, learner_dirs, library_dirs, stdlib_dirs, own_codes, send_dq, e
         return _LEARNER                                 # code from nowhere counts as the learner's
 
     def chain(frame):
-        """(the event is the learner's, the learner's own code raised it, the first frame that
-        is not the standard library's is the learner's)."""
-        top, first = True, None
+        """(the event is the learner's, the learner's own code raised it, a library module is
+        being imported between the two)."""
+        top, importing = True, False
         while frame is not None:
-            k = kind(frame.f_code)
+            code = frame.f_code
+            k = kind(code)
             if k == _OWN:
                 return False, False, False
-            if first is None and k != _STDLIB:
-                first = k
             if k == _LEARNER:
-                return True, top, first == _LEARNER
+                return True, top, importing
+            importing = importing or (k == _LIBRARY and code.co_name == "<module>")
             top = False
             frame = frame.f_back
         return False, False, False
@@ -163,7 +164,7 @@ def audit_hook(*, learner_dirs, library_dirs, stdlib_dirs, own_codes, send_dq, e
         finally:
             exit_now(DQ_EXIT)
 
-    def rules(event, args, frame, direct, firsthand):
+    def rules(event, args, frame, direct, importing):
         if event == "open":
             path, mode, flags = (tuple(args) + (None, None, None))[:3]
             if (type(mode) is str and any(c in mode for c in "wax+")) or (type(flags) is int and flags & _WRITE_FLAGS):
@@ -178,7 +179,7 @@ def audit_hook(*, learner_dirs, library_dirs, stdlib_dirs, own_codes, send_dq, e
         if event in ("sys._current_frames", "sys.addaudithook", "sys.setrecursionlimit", "setopencodehook"):
             dq("tracer", event)
         if event == "sys._getframe":
-            if firsthand:
+            if not importing:
                 dq("frames", "sys._getframe")
             return
         if event == "object.__getattr__":
@@ -190,11 +191,11 @@ def audit_hook(*, learner_dirs, library_dirs, stdlib_dirs, own_codes, send_dq, e
             return
         if event in ("object.__setattr__", "object.__delattr__"):
             name = args[1] if len(args) > 1 else ""
-            if firsthand and name in _PROTECTED_ATTRS:
+            if not importing and name in _PROTECTED_ATTRS:
                 dq("code", f"sets .{name}")
             return
         if event in ("code.__new__", "function.__new__", "code.replace"):
-            if firsthand:
+            if not importing:
                 dq("code", event)
             return
         if event == "compile":
@@ -204,14 +205,14 @@ def audit_hook(*, learner_dirs, library_dirs, stdlib_dirs, own_codes, send_dq, e
                 text = source if type(source) is bytes else source.encode() if type(source) is str else None
                 if data is None or text != data:        # be that file's
                     dq("compile", f"compile(..., {filename[:60]!r})")
-            elif firsthand:
+            elif not importing:
                 dq("compile", f"compile(..., {filename[:60]!r})" if type(filename) is str else "compile(...)")
             return
         if event == "exec":
             code = args[0] if args else None
             if type(code) is types.CodeType and code.co_name == "<module>" and code.co_filename.startswith(known):
                 return                                  # importing a module from a file
-            if firsthand:
+            if not importing:
                 dq("compile", "exec/eval of new code")
             return
         if event in ("marshal.loads", "marshal.load"):
@@ -222,7 +223,7 @@ def audit_hook(*, learner_dirs, library_dirs, stdlib_dirs, own_codes, send_dq, e
             dq("compile", event)
         if event == "import":
             name, path = (tuple(args) + (None, None))[:2]
-            if firsthand and type(name) is str and name.split(".")[0] in BLOCKED_IMPORTS:
+            if not importing and type(name) is str and name.split(".")[0] in BLOCKED_IMPORTS:
                 dq("import", name)                      # a library may load them; their use is audited
             if type(path) is str and type(name) is str and (
                     name.rpartition(".")[2] in builtins or os.path.basename(path).startswith("libpython") or
@@ -248,9 +249,9 @@ def audit_hook(*, learner_dirs, library_dirs, stdlib_dirs, own_codes, send_dq, e
             if event == "open" and args and type(args[0]) is str and args[0].endswith(".pyc"):
                 last_pyc[0] = args[0]
             frame = getframe(1)
-            mine, direct, firsthand = chain(frame)
+            mine, direct, importing = chain(frame)
             if mine:
-                rules(event, args, frame, direct, firsthand)
+                rules(event, args, frame, direct, importing)
         except BaseException as err:                    # noqa: BLE001 - never leave the hook
             exit_now(RECURSION_EXIT if type(err) is RecursionError else INTERNAL_EXIT)
         finally:

@@ -11,7 +11,7 @@ child ends its exercise with zero; it never reaches the scores.
 Both sides import this file: the judge (:mod:`exercises.grader.session`,
 :mod:`exercises.grader.remote`) and the sandboxed server (:mod:`.server`), which holds its own
 private copy of the functions below, so a submission that patches ``json`` or NumPy changes
-nothing here.
+nothing here. The module defines no method a submission could reach.
 """
 from __future__ import annotations
 
@@ -54,14 +54,14 @@ class ProtocolError(Exception):
     """A message that is not what the protocol allows."""
 
 
-class Opaque:
-    """An output of a type that does not travel (a module, a generator ...): its type's name."""
+class Opaque(str):
+    """An output of a type that does not travel (a module, a generator ...): its type's name.
 
-    def __init__(self, type_name: str):
-        self.type_name = type_name
+    It has no method of its own: a class of this module that a submission could find (through
+    ``object.__subclasses__()``) must not lead to this module's globals."""
 
-    def __repr__(self):
-        return f"<{self.type_name} object>"
+    __slots__ = ()
+    type_name = property(str.__str__)
 
 
 def dumps(obj) -> bytes:
