@@ -146,9 +146,15 @@ def sandbox_args(*, library: Path, submission: Path, overlays, exclude) -> list[
     ``(source, target)`` of ``overlays`` replaces a file or folder of the interpreter's packages
     (an absent package, a file with absent functions)."""
     box = detect()
+    system = _system_dirs()
+    bad = [os.path.realpath(e) for e in exclude]
+    for option, source, _ in zip(system[::3], system[1::3], system[2::3]):
+        held = [b for b in bad if b.startswith(os.path.realpath(source).rstrip(os.sep) + os.sep)]
+        if option == "--ro-bind" and held:
+            raise RuntimeError(f"{source} holds {held[0]}: the sandbox would show it (move the repository)")
     args = [*_NAMESPACES, *(["--disable-userns"] if box["disable_userns"] else []),
             "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL", "--hostname", "sandbox",
-            *_system_dirs()]
+            *system]
     for path in python_dirs(exclude):
         args += ["--ro-bind", path, path]
     for source, target in overlays:
