@@ -18,7 +18,7 @@ from pathlib import Path
 
 from exercises.grader import bubblewrap
 from exercises.grader.judge import Disqualified, ExerciseRun, NotDone, disqualification
-from exercises.grader.remote import Remote, clean
+from exercises.grader.remote import Remote, clean, printable
 from exercises.grader.session import ChildGone, Zygote, describe_end
 from exercises.grader.submission import copy_for_sandbox, missing_message, read_submission
 from exercises.grader.views import Views
@@ -69,7 +69,7 @@ class Grader:
 
 
 def zero(spec, status: str, feedback: str) -> dict:
-    return {"score": 0, "max_score": spec.points, "feedback": feedback, "status": status, "parts": []}
+    return {"score": 0, "max_score": spec.points, "feedback": printable(feedback), "status": status, "parts": []}
 
 
 def grade_exercise(grader: Grader, spec, submission: Path, time_limit: float, outdir: Path) -> dict:

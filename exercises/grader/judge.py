@@ -35,7 +35,7 @@ from exercises.feedback import Fail, error_type
 
 __all__ = ["Disqualified", "ExerciseRun", "NotDone", "PartResult", "REGISTRY", "Spec", "disqualification",
            "exercise"]
-from exercises.grader.remote import Call, Disqualified, NotDone, Remote, RemoteClass, RemoteFunction, clean
+from exercises.grader.remote import Call, Disqualified, NotDone, Remote, RemoteClass, RemoteFunction, clean, printable
 
 
 # ---- one exercise being graded -------------------------------------------------------------------
@@ -77,14 +77,14 @@ class ExerciseRun:
                 check()
                 result.points = points
             except Fail as err:
-                result.status, result.message = "failed", str(err)
+                result.status, result.message = "failed", printable(str(err), 600)
             except RecursionError as err:
                 result.status, result.message = "failed", "RecursionError: infinite recursion?" + _at(err)
             except MemoryError as err:
                 result.status, result.message = ("failed", "MemoryError: the code needs far too much memory"
                                                  + _at(err))
             except Exception as err:  # noqa: BLE001 - an error inside the learner's code
-                result.status, result.message = "failed", describe(err)
+                result.status, result.message = "failed", printable(describe(err), 600)
             return check
 
         return run

@@ -49,6 +49,14 @@ def clean(text, limit: int = 160) -> str:
     return text[:limit]
 
 
+def printable(text: str, limit: int = 2000) -> str:
+    """Text for the report and the screen: every control or format character but the newline
+    replaced by '?' (a result's type name or an exception's message may carry escapes)."""
+    text = text if isinstance(text, str) else str(text)
+    return "".join(c if c == "\n" or unicodedata.category(c) not in ("Cc", "Cf", "Cs", "Co", "Cn") else "?"
+                   for c in text[:limit])
+
+
 _NOT_ALLOWED = re.compile(r"([\w.]+) is not allowed in exercise ")
 
 
