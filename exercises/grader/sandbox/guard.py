@@ -22,9 +22,11 @@ tracer's defaults (setting ``__defaults__`` is audited); ``sys.gettrace`` and
 copy of a built-in module: the functions that install signal handlers (a handler receives the
 interrupted frame) and ``_imp.create_builtin``; the hook refuses an extension module that is
 not one of the installed packages' or that would be a second copy of a built-in module
-(``_signal`` out of ``libpython``); ``tracemalloc`` (the memory check's) and the grader's own
-modules leave ``sys.modules``. None of this modules defines a class, so no function
-of the grader is reachable from ``object.__subclasses__()``.
+(``_signal`` out of ``libpython``). It also removes the functions that start a thread or a
+process with no audit event to announce it (a thread would run untraced; as root, the kernel's
+one-process limit does not count uid 0's processes); ``tracemalloc`` (the memory check's) and
+the grader's own modules leave ``sys.modules``. None of these modules defines a class with a
+method, so no function of the grader is reachable from ``object.__subclasses__()``.
 
 An in-process check cannot be proven complete; nothing of a score depends on this file but the
 loop parts and the disqualifications.
@@ -37,7 +39,7 @@ import sys
 import types
 
 DQ_EXIT, RECURSION_EXIT, INTERNAL_EXIT = 85, 86, 87  # how the process ends when a rule stops it
-_OWN, _LEARNER, _LIBRARY = 0, 1, 2
+_OWN, _LEARNER, _LIBRARY, _STDLIB = 0, 1, 2, 3    # whose code a frame runs
 
 # Modules a submission may not import (they reach frames, memory or the guard, or start processes).
 BLOCKED_IMPORTS = frozenset({
@@ -113,7 +115,6 @@ def audit_hook(*, learner_dirs, library_dirs, stdlib_dirs, own_codes, send_dq, e
     own = frozenset(own_codes)
     fds = frozenset(protocol_fds)
     busy, last_pyc = [False], [None]
-    _STDLIB = 3
 
     def kind(code):
         if id(code) in own:
@@ -295,13 +296,31 @@ def refuse(*args, **kwargs):
 """
 
 
-def harden() -> None:
+def starters() -> list[tuple[dict, str]]:
+    """Where the loaded modules keep the functions that start a thread or a process with no
+    audit event (``_thread.start_new_thread``, ``_posixsubprocess.fork_exec`` and the names
+    other modules gave them): (a module's globals, the name). Found once, in the zygote."""
+    import _thread
+
+    found = [getattr(_thread, n, None) for n in ("start_new_thread", "start_new", "start_joinable_thread")]
+    found.append(getattr(sys.modules.get("_posixsubprocess"), "fork_exec", None))
+    ids = {id(f) for f in found if f is not None}
+    places = []
+    for module in list(sys.modules.values()):
+        try:
+            names = vars(module)
+        except TypeError:
+            continue
+        places += [(names, key) for key, value in list(names.items()) if id(value) in ids]
+    return places
+
+
+def harden(places) -> None:
     """Before the learner's code: take away what would hand out a frame, a second copy of a
-    built-in module, a thread or a process that no audit event announces, and the grader's own
-    modules (see the module's docstring)."""
+    built-in module, a thread or a process that no audit event announces (at ``places``, from
+    :func:`starters`), and the grader's own modules (see the module's docstring)."""
     import _imp
     import _signal
-    import _thread
     import signal
 
     sys.gettrace = sys.getprofile = type(None)         # both answer None
@@ -311,17 +330,8 @@ def harden() -> None:
     vars(_imp).pop("create_builtin", None)             # every built-in module is imported already
     namespace = {"__builtins__": {"RuntimeError": RuntimeError}}
     exec(_REFUSE_SOURCE, namespace)                    # a function whose globals hold nothing of ours
-    starters = [getattr(_thread, n, None) for n in ("start_new_thread", "start_new", "start_joinable_thread")]
-    starters.append(getattr(sys.modules.get("_posixsubprocess"), "fork_exec", None))
-    starters = {id(f): f for f in starters if f is not None}
-    for module in list(sys.modules.values()):          # and every reference a module kept to them
-        try:
-            names = vars(module)
-        except TypeError:
-            continue
-        for key, value in list(names.items()):
-            if id(value) in starters:
-                names[key] = namespace["refuse"]
+    for names, key in places:
+        names[key] = namespace["refuse"]
     for name in list(sys.modules):
         if name.split(".")[0] in _UNREACHABLE or name in _UNREACHABLE:
             del sys.modules[name]

@@ -25,7 +25,7 @@ import sys
 from . import guard, wire
 
 
-def run(*, req: dict, torch, own_codes: dict, library_dirs, stdlib_dirs) -> None:
+def run(*, req: dict, torch, own_codes: dict, library_dirs, stdlib_dirs, starters) -> None:
     """Serve the judge until it says goodbye (or closes the channel)."""
     learner_dir = req["submission"]
     library_dir = req["library"]
@@ -40,7 +40,7 @@ def run(*, req: dict, torch, own_codes: dict, library_dirs, stdlib_dirs) -> None
 
     tracemalloc = (_tracemalloc.start, _tracemalloc.stop, _tracemalloc.get_traced_memory,
                    _tracemalloc.reset_peak, _tracemalloc.is_tracing)
-    guard.harden()
+    guard.harden(starters)
     _serve(torch=torch, own_codes=own_codes, tracemalloc=tracemalloc,
            learner_dirs=(learner_dir.rstrip("/") + "/",),
            library_dirs=tuple(library_dirs) + (library_dir.rstrip("/") + "/",), stdlib_dirs=tuple(stdlib_dirs))

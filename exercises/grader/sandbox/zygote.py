@@ -140,6 +140,7 @@ def main(control_fd: int, kind: str, modules: dict) -> None:
     torch = preload(kind, guard.BLOCKED_IMPORTS)
     own = guard.module_codes(modules.values())
     library_dirs, stdlib_dirs = python_dirs()
+    starters = guard.starters()
     sock = socket.socket(fileno=control_fd)
     sock.sendall(json.dumps({"ready": True, "pid": os.getpid()}).encode() + b"\n")
     boxes, buf = {}, b""
@@ -153,8 +154,8 @@ def main(control_fd: int, kind: str, modules: dict) -> None:
             req = json.loads(line)
             if req["op"] == "spawn":
                 try:
-                    answer = spawn(req, fds, boxes, torch=torch, own=own, dirs=(library_dirs, stdlib_dirs),
-                                   modules=modules)
+                    answer = spawn(req, fds, boxes, torch=torch, own=own, modules=modules,
+                                   where=(library_dirs, stdlib_dirs, starters))
                 except Exception as err:                # noqa: BLE001 - the sandbox did not start
                     answer = {"error": f"{type(err).__name__}: {err}"}
                 for fd in fds:
@@ -231,7 +232,7 @@ def _close_all_but(keep) -> None:
                 pass
 
 
-def spawn(req, fds, boxes, *, torch, own, dirs, modules) -> dict:
+def spawn(req, fds, boxes, *, torch, own, modules, where) -> dict:
     confine, server = modules["confine"], modules["server"]
     box = start_box(req["bwrap"], req["args"]) if req.get("bwrap") else None
     namespaces = confine.open_namespaces(box[2]) if box else {}
@@ -253,7 +254,8 @@ def spawn(req, fds, boxes, *, torch, own, dirs, modules) -> dict:
                 confine.set_limits(req["limits"])
                 if namespaces:
                     confine.drop_privileges()
-                server.run(req=req, torch=torch, own_codes=own, library_dirs=dirs[0], stdlib_dirs=dirs[1])
+                server.run(req=req, torch=torch, own_codes=own, library_dirs=where[0], stdlib_dirs=where[1],
+                           starters=where[2])
                 os._exit(0)
             _mirror(child)
         except BaseException:                           # noqa: BLE001 - a bug of the sandbox, not the learner's
