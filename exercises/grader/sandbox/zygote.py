@@ -235,7 +235,11 @@ def _close_all_but(keep) -> None:
 def spawn(req, fds, boxes, *, torch, own, modules, where) -> dict:
     confine, server = modules["confine"], modules["server"]
     box = start_box(req["bwrap"], req["args"]) if req.get("bwrap") else None
-    namespaces = confine.open_namespaces(box[2]) if box else {}
+    try:
+        namespaces = confine.open_namespaces(box[2]) if box else {}
+    except OSError:
+        _close_box(box)
+        raise
     pid = os.fork()
     if pid == 0:
         try:
@@ -297,11 +301,15 @@ def reap(pid: int, boxes: dict) -> dict:
     except ChildProcessError:
         status, cpu = -1, 0.0
     if box is not None:
-        proc, hold_w, _ = box
-        os.close(hold_w)                                # the sandbox's process ends, and the sandbox
-        proc.kill()
-        proc.wait()
+        _close_box(box)
     return {"status": status, "cpu": cpu}
+
+
+def _close_box(box) -> None:
+    proc, hold_w, _ = box
+    os.close(hold_w)                                    # the sandbox's process ends, and the sandbox
+    proc.kill()
+    proc.wait()
 
 
 if __name__ == "__main__":
