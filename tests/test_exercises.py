@@ -308,9 +308,7 @@ else:  # a student copy
 def graded(tmp_path_factory):
     from exercises.grader.fixtures.proof import graded
 
-    if _sandbox_problem() is not None:
-        pytest.skip(f"no sandbox here: {_sandbox_problem()}")
-    result = graded(tmp_path_factory.mktemp("grading"))
+    result = graded(tmp_path_factory.mktemp("grading"))     # without a sandbox: --trust-submissions
     assert result["returncode"] == 0, result["stdout"][-2000:] + result["stderr"][-3000:]
     return result
 
