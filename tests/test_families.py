@@ -377,7 +377,7 @@ def test_normal_forward_keeps_the_fused_path(monkeypatch):
     def explicit(*args, **kwargs):
         raise AssertionError("explicit attention weights on the normal path")
 
-    monkeypatch.setattr(pt_ca, "attention_weights", explicit)
+    monkeypatch.setattr(pt_ca, "_attention_weights", explicit)
     with torch.no_grad():
         model(x)
     with pytest.raises(AssertionError, match="explicit"):

@@ -20,12 +20,13 @@ ROOT = PACKAGE.parent
 #: (layer, modules): a module is named by its path below ``vit_scratch`` ("numpy_nn" covers the
 #: whole room).  A new module needs a line here.
 LAYERS = (
-    (0, ("validation", "extras", "schedule")),  # checks and messages; extras; the lr curve
+    (0, ("validation", "checkpoint_checks", "extras", "schedule")),  # checks and messages;
+    # extras; the lr curve
     (1, ("specs",)),  # configs, key/shape tables, the names each family registers
     (2, ("interface",)),  # the model interface both rooms answer
     (3, ("numpy_nn", "torch_nn")),  # the two rooms; neither imports the other
     (4, ("models",)),  # the factory's table: a name -> its family's classes
-    (5, ("weights",)),  # checkpoints (they know the families through the factory's table)
+    (5, ("weight_files", "weights")),  # checkpoints (they know the families through the table)
     (6, ("data", "hub")),  # images, datasets, preprocessing; models with weights (timm's way)
     (7, ("plotting",)),  # figures from a model's interface
     (8, ("distributed", "run_folder", "numpy_backend")),  # torchrun; run folders; NumPy steps

@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import validation
+from .. import checkpoint_checks
 from ..schedule import lr_at
 from .backprop import trainable_params
 from ._fast import split_batch
@@ -51,7 +51,8 @@ def decays(key: str, value: np.ndarray) -> bool:
 
 def _float_dtype(arrays: dict, what: str) -> np.dtype:
     """The one float dtype of ``arrays`` (float32 or float64), or a ``ValueError``."""
-    return np.dtype(validation.check_param_dtypes({k: v.dtype.name for k, v in arrays.items()}, what))
+    return np.dtype(checkpoint_checks.check_param_dtypes({k: v.dtype.name for k, v in arrays.items()},
+                                                         what))
 
 
 class AdamW:

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import validation
-from .base import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, ConfigMixin, ModelTable,
-                   PatchGridMixin)
+from .base import (DIGITS_CFG, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, ConfigMixin,
+                   ModelTable, PatchGridMixin)
 from .vit import head_param_shapes, mlp_param_shapes
 
 #: The CaiT paper's initial LayerScale value by depth: (largest depth, ε).
@@ -236,12 +236,6 @@ def cait_s36_384() -> CaitConfig:
     """CaiT-S36 at 384²: 384 channels, 36 + 2 blocks, 8 heads (68.4 M parameters)."""
     return CaitConfig(img_size=384, patch_size=16, embed_dim=384, depth=36, num_heads=8,
                       init_values=1e-6)
-
-
-# scikit-learn's 8×8 digits, values in [0, 1] (the same preprocessing as vit_digits);
-# ``input_size`` follows the config's img_size, so the trainer resizes the digits to it.
-DIGITS_CFG = dict(input_size=(1, 8, 8), mean=(0.0,), std=(1.0,), crop_pct=1.0,
-                  interpolation="bilinear")
 
 
 @MODELS.register(pretrained_cfg=DIGITS_CFG)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from .. import validation
 from .base import (
+    DIGITS_CFG,
     IMAGENET_DEFAULT_MEAN,
     IMAGENET_DEFAULT_STD,
     IMAGENET_INCEPTION_MEAN,
@@ -136,11 +137,7 @@ def deit_small_patch16_224() -> ViTConfig:
     return ViTConfig(patch_size=16, embed_dim=384, depth=12, num_heads=6)
 
 
-# Small configurations for the offline data (scikit-learn's 8×8 digits, values in [0, 1]).
-# ``input_size`` follows the config's img_size (``ModelSpec.pretrained_cfg_for``): the trainer's
-# data is resized to whatever img_size a run uses.
-DIGITS_CFG = dict(input_size=(1, 8, 8), mean=(0.0,), std=(1.0,), crop_pct=1.0,
-                  interpolation="bilinear")
+# Small configurations for the offline data (scikit-learn's 8×8 digits; ``base.DIGITS_CFG``).
 
 
 @MODELS.register(pretrained_cfg=DIGITS_CFG)
