@@ -721,7 +721,7 @@ def test_cross_attention_learns():
     the interpolation variant, same recipe: 0.44 -- it starts slower; both reach ~0.97 in full
     training runs)."""
     from vit_scratch.data import load_digits
-    from vit_scratch.train import lr_at
+    from vit_scratch.schedule import lr_at
 
     x_train, y_train, x_test, y_test = (torch.from_numpy(a) for a in load_digits())
     torch.manual_seed(0)

@@ -29,8 +29,8 @@ LAYERS = (
     (5, ("weight_files", "weights")),  # checkpoints (they know the families through the table)
     (6, ("data", "hub")),  # images, datasets, preprocessing; models with weights (timm's way)
     (7, ("plotting",)),  # figures from a model's interface
-    (8, ("distributed", "run_folder", "numpy_backend")),  # torchrun; run folders; NumPy steps
-    (9, ("train",)),  # the trainer
+    (8, ("distributed", "run_folder")),  # torchrun; run folders
+    (9, ("training", "train", "numpy_backend")),  # the trainer, its command, its NumPy backend
     (10, ("evaluate", "predict")),  # the commands that use what the trainer saved
 )
 

@@ -26,8 +26,8 @@ import numpy as np
 from einops import rearrange
 
 from .. import interface, validation
-from ..specs.coat import (PATCH_NORM_EPS, CoaTConfig, CoaTImageSizeMixin, coat_feature_info,
-                          coat_param_shapes, shared_keys, unused_keys)
+from ..specs.coat import (PATCH_NORM_EPS, CoaTConfig, CoaTImageSizeMixin, coat_param_shapes,
+                          shared_keys, unused_keys)
 from . import _fast
 from .backprop import Cache, check_backward, check_trainable, model_gradients
 from .base import ModelBase
@@ -188,7 +188,7 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
     def __init__(self, cfg: CoaTConfig, params: dict, name: str = "CoaT"):
         super().__init__(cfg, params, name)
         self.num_features = self.embed_dim = cfg.embed_dims[-1]
-        self.feature_info = coat_feature_info(cfg)
+        self.feature_info = cfg.feature_info
         p = self.params
         self.patch_embeds = [sub_params(p, f"patch_embed{s}.") for s in range(1, 5)]
         self.serial_blocks = [[sub_params(p, f"serial_blocks{s}.{n}.") for n in range(depth)]

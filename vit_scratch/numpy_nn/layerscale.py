@@ -115,17 +115,19 @@ def layerscale_block(x: np.ndarray, p: dict, num_heads: int, talking_heads: bool
     return (x, attn) if return_attention else x
 
 
+def _attention_params(p: dict, talking_heads: bool) -> list:
+    """A block's attention arrays, in the argument order of ``talking_heads_attention`` (or of
+    ``multi_head_attention`` without talking heads)."""
+    heads = ["attn.proj_l.weight", "attn.proj_l.bias", "attn.proj_w.weight", "attn.proj_w.bias"]
+    return [p["attn.qkv.weight"], p.get("attn.qkv.bias"), *(p[k] for k in heads if talking_heads),
+            p["attn.proj.weight"], p["attn.proj.bias"]]
+
+
 def _layerscale_block(x, p: dict, num_heads: int, talking_heads: bool = True):
     """:func:`layerscale_block`'s formula, unchecked: -> (out, the attention weights)."""
-    h = _layer_norm(x, p["norm1.weight"], p["norm1.bias"])
-    if talking_heads:
-        h, attn = _talking_heads_attention(
-            h, p["attn.qkv.weight"], p.get("attn.qkv.bias"), p["attn.proj_l.weight"],
-            p["attn.proj_l.bias"], p["attn.proj_w.weight"], p["attn.proj_w.bias"],
-            p["attn.proj.weight"], p["attn.proj.bias"], num_heads)
-    else:
-        h, attn = _multi_head_attention(h, p["attn.qkv.weight"], p.get("attn.qkv.bias"),
-                                        p["attn.proj.weight"], p["attn.proj.bias"], num_heads)
+    attention = _talking_heads_attention if talking_heads else _multi_head_attention
+    h, attn = attention(_layer_norm(x, p["norm1.weight"], p["norm1.bias"]),
+                        *_attention_params(p, talking_heads), num_heads)
     x = x + layer_scale(h, p["gamma_1"])
     h = _mlp(_layer_norm(x, p["norm2.weight"], p["norm2.bias"]), *mlp_params(p))
     return x + layer_scale(h, p["gamma_2"]), attn
@@ -137,15 +139,8 @@ def layerscale_block_forward(x: np.ndarray, p: dict, num_heads: int, talking_hea
     factors of ``layers.drop_path_mask`` for the attention and the MLP branch."""
     m1, m2 = drop_path_masks or (None, None)
     h, c_n1 = layer_norm_forward(x, p["norm1.weight"], p["norm1.bias"])
-    if talking_heads:
-        h, c_att = talking_heads_attention_forward(
-            h, p["attn.qkv.weight"], p.get("attn.qkv.bias"), p["attn.proj_l.weight"],
-            p["attn.proj_l.bias"], p["attn.proj_w.weight"], p["attn.proj_w.bias"],
-            p["attn.proj.weight"], p["attn.proj.bias"], num_heads)
-    else:
-        h, c_att = multi_head_attention_forward(h, p["attn.qkv.weight"], p.get("attn.qkv.bias"),
-                                                p["attn.proj.weight"], p["attn.proj.bias"],
-                                                num_heads)
+    attention = talking_heads_attention_forward if talking_heads else multi_head_attention_forward
+    h, c_att = attention(h, *_attention_params(p, talking_heads), num_heads)
     h, c_ls1 = layer_scale_forward(h, p["gamma_1"])
     h, c_dp1 = drop_path_forward(h, m1)
     x = x + h

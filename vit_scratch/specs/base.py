@@ -71,6 +71,12 @@ class ConfigMixin:
     def replace(self, **changes):
         return dataclasses.replace(self, **validation.check_fields(type(self), changes))
 
+    @property
+    def feature_info(self) -> list[dict]:
+        """timm's ``feature_info`` of the models: the maps ``forward_intermediates`` returns
+        (channels, stride, module); a family lists its own."""
+        return []
+
     @classmethod
     def build(cls, cfg=None, **kwargs):
         """What a model class does with its arguments: ``cfg`` as it is (a config checked itself
@@ -84,8 +90,20 @@ class ConfigMixin:
 
 
 class PatchGridMixin:
-    """Derived sizes of a single-scale, patch-based config (ViT, CaiT): it needs the fields
-    ``img_size``, ``patch_size``, ``embed_dim``, ``num_heads`` and ``mlp_ratio``."""
+    """Checks and derived sizes of a single-scale, patch-based config (ViT, CaiT): it needs the
+    fields ``img_size``, ``patch_size``, ``depth``, ``embed_dim``, ``num_heads`` and
+    ``mlp_ratio``.  Mixed in before :class:`ConfigMixin`."""
+
+    def validate(self) -> None:
+        """The image tiles into patches, the heads split the channels, the MLP has a hidden
+        unit; then the common fields (``ConfigMixin``)."""
+        validation.check_positive(self.patch_size, "patch_size")
+        validation.grid_size(self.img_size, self.patch_size)  # the error shows img_size as given
+        object.__setattr__(self, "img_size", validation.to_2tuple(self.img_size, "img_size"))
+        super().validate()  # in_chans, num_classes
+        validation.check_positive(self.depth, "depth")
+        validation.head_dim(self.embed_dim, self.num_heads)
+        validation.hidden_width(self.embed_dim, self.mlp_ratio, "mlp_ratio")  # >= 1 hidden unit
 
     @property
     def grid_size(self) -> tuple[int, int]:

@@ -95,18 +95,12 @@ class CaitConfig(PatchGridMixin, ConfigMixin):
     drop_path_rate: float = 0.0  # stochastic depth of each self-attention block
 
     def validate(self):
-        validation.check_positive(self.patch_size, "patch_size")
-        validation.grid_size(self.img_size, self.patch_size)  # the error shows img_size as given
-        object.__setattr__(self, "img_size", validation.to_2tuple(self.img_size, "img_size"))
-        super().validate()  # in_chans, num_classes
-        validation.check_positive(self.depth, "depth")
+        super().validate()  # the patch grid, heads, MLP (PatchGridMixin); in_chans, num_classes
         if self.depth_token_only < 1:
             raise ValueError(
                 f"depth_token_only must be an int >= 1 (CaiT needs at least one class-attention "
                 f"block to read the patch tokens into the class token), got "
                 f"{self.depth_token_only!r}")
-        validation.head_dim(self.embed_dim, self.num_heads)
-        validation.hidden_width(self.embed_dim, self.mlp_ratio, "mlp_ratio")
         validation.hidden_width(self.embed_dim, self.mlp_ratio_token_only, "mlp_ratio_token_only")
         if self.init_values is not None:
             validation.check_init_values(self.init_values)

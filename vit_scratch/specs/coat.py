@@ -157,6 +157,11 @@ class CoaTConfig(ConfigMixin):
         return tuple(int(d * r) for d, r in zip(self.embed_dims, self.mlp_ratios))
 
     @property
+    def feature_info(self) -> list[dict]:
+        """timm's ``feature_info``: the four scales' maps (``coat_feature_info``)."""
+        return coat_feature_info(self)
+
+    @property
     def crpe_splits(self) -> list[tuple[int, int]]:
         """``[(window, heads), ...]`` in the order the heads are split."""
         return list(self.crpe_window.items())

@@ -45,13 +45,7 @@ class ViTConfig(PatchGridMixin, ConfigMixin):
     drop_path_rate: float = 0.0  # stochastic depth, linearly increasing over blocks
 
     def validate(self):
-        validation.check_positive(self.patch_size, "patch_size")
-        validation.grid_size(self.img_size, self.patch_size)  # the error shows img_size as given
-        object.__setattr__(self, "img_size", validation.to_2tuple(self.img_size, "img_size"))
-        super().validate()  # in_chans, num_classes
-        validation.check_positive(self.depth, "depth")
-        validation.head_dim(self.embed_dim, self.num_heads)
-        validation.hidden_width(self.embed_dim, self.mlp_ratio, "mlp_ratio")  # >= 1 hidden unit
+        super().validate()  # the patch grid, heads, MLP (PatchGridMixin); in_chans, num_classes
         for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
             validation.check_probability(getattr(self, name), name)
 

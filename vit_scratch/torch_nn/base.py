@@ -51,6 +51,7 @@ class ModelBase(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.num_classes = cfg.num_classes
+        self.feature_info = cfg.feature_info  # what forward_intermediates returns (timm's)
         self.pretrained_cfg: dict = {}  # set by vit_scratch.create_model for a registered name
 
     @property
@@ -144,6 +145,24 @@ class ModelBase(nn.Module):
     def forward_intermediates(self, images, indices=None, norm: bool = False,
                               output_fmt: str = "NCHW", intermediates_only: bool = False):
         raise NotImplementedError
+
+    def block_maps(self, images, indices, norm: bool, output_fmt: str, stop_early: bool,
+                   prefix_tokens: int):
+        """A single-stage model's intermediates (``self.embed``, ``self.blocks``, ``self.norm``):
+        ``(tokens after the last block run, maps)``, the maps the outputs of the blocks in
+        ``indices`` (through the final norm if ``norm``) with ``prefix_tokens`` dropped;
+        ``stop_early`` skips the blocks after the last index."""
+        take = interface.resolve_indices(indices, len(self.blocks))
+        interface.check_output_fmt(output_fmt)
+        x, maps = self.embed(images), []
+        last = take[-1] if stop_early else len(self.blocks) - 1
+        for i, blk in enumerate(self.blocks[:last + 1]):
+            x = blk(x)
+            if i in take:
+                y = self.norm(x) if norm else x
+                maps.append(interface.tokens_to_grid(y, self.patch_embed.grid_size, prefix_tokens,
+                                                     output_fmt))
+        return x, maps
 
     def get_intermediate_layers(self, images, n=1, reshape: bool = False, norm: bool = False):
         """timm's older API: the outputs of the last ``n`` blocks (or of blocks ``n`` if a

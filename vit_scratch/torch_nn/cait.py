@@ -62,9 +62,7 @@ class Cait(ModelBase):
                                          init_values=eps, class_token_in_keys=cfg.class_token_in_keys)
                 for _ in range(cfg.depth_token_only)
             ])
-            self.norm = nn.LayerNorm(C, eps=LAYER_NORM_EPS)
-            self.head = self.make_head(C)
-            self.feature_info = cfg.feature_info
+            self.norm, self.head = nn.LayerNorm(C, eps=LAYER_NORM_EPS), self.make_head(C)
         self.reset_parameters()
 
     @torch.no_grad()
@@ -106,15 +104,7 @@ class Cait(ModelBase):
         ``intermediates_only`` (then the blocks after the last index and the class-attention
         stage are skipped).  The same values as timm's ``Cait.forward_intermediates``.
         """
-        take = interface.resolve_indices(indices, len(self.blocks))
-        interface.check_output_fmt(output_fmt)
-        x, maps = self.embed(images), []
-        last = take[-1] if intermediates_only else len(self.blocks) - 1
-        for i, blk in enumerate(self.blocks[:last + 1]):
-            x = blk(x)
-            if i in take:
-                y = self.norm(x) if norm else x
-                maps.append(interface.tokens_to_grid(y, self.patch_embed.grid_size, 0, output_fmt))
+        x, maps = self.block_maps(images, indices, norm, output_fmt, intermediates_only, 0)
         if intermediates_only:
             return maps
         return self.norm(self.forward_class_attention(x)), maps

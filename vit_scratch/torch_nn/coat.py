@@ -26,8 +26,7 @@ import torch
 from torch import nn
 
 from .. import interface
-from ..specs.coat import (CPE_WINDOW, NUM_SCALES, PATCH_NORM_EPS, CoaTConfig, CoaTImageSizeMixin,
-                          coat_feature_info)
+from ..specs.coat import CPE_WINDOW, NUM_SCALES, PATCH_NORM_EPS, CoaTConfig, CoaTImageSizeMixin
 from .attention import RecordsAttention
 from .base import ModelBase
 from .conv_position_encoding import ConvPosEnc, ConvRelPosEnc, _tokens_to_image
@@ -128,7 +127,6 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
                 self.aggregate = nn.Conv1d(3, 1, kernel_size=1)
             self.head_drop = nn.Dropout(cfg.drop_rate)
             self.head = self.make_head(dims[3])
-            self.feature_info = coat_feature_info(cfg)
         self.reset_parameters()
 
     @torch.no_grad()

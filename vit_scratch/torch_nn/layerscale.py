@@ -1,22 +1,12 @@
-"""LayerScale and the residual forms it is compared with, in PyTorch.
-
-A residual block adds a branch f (attention or MLP) to its input.  The forms CaiT compares
-(Touvron et al., "Going deeper with Image Transformers", Fig. 1, https://arxiv.org/abs/2103.17239):
-
-    "prenorm"         x + f(LN(x))                   ViT, DeiT
-    "rezero"          x + α · f(x),   α = 0 at init   ReZero (Bachlechner et al., 2020,
-                                                      https://arxiv.org/abs/2003.04887) and
-                                                      SkipInit (De & Smith, 2020,
-                                                      https://arxiv.org/abs/2002.10444): one
-                                                      learned scalar, no normalisation
-    "prenorm_scalar"  x + α · f(LN(x)), α = 0 at init the scalar with the norm put back
-    "layerscale"      x + diag(λ) · f(LN(x)), λ = ε   CaiT: one learned scale per channel,
-                                                      ε small (``layerscale_init_value``)
+"""LayerScale and the residual forms it is compared with, in PyTorch: ``x + f(LN(x))`` (ViT,
+DeiT), ReZero's and SkipInit's ``x + α · f(x)``, ``x + α · f(LN(x))``, and CaiT's
+``x + diag(λ) · f(LN(x))`` (Touvron et al., "Going deeper with Image Transformers", Fig. 1,
+https://arxiv.org/abs/2103.17239).  The forms, with their papers, are written out in the NumPy
+twins' module, ``vit_scratch.numpy_nn.layerscale``; their names are ``specs.cait.RESIDUAL_FORMS``.
 
 ``ResidualBlock`` has timm's ViT names (``ls1.gamma``: with ``residual="layerscale"`` it is
 timm's ViT ``Block(init_values=ε)``); ``LayerScaleBlock`` is CaiT's self-attention block, whose
 LayerScale vectors are the block's own parameters ``gamma_1`` and ``gamma_2``.
-The NumPy twins are in ``vit_scratch.numpy_nn.layerscale``.
 """
 from __future__ import annotations
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import interface
 from ..specs.vit import ViTConfig
 from .attention import Attention
 from .base import ModelBase
@@ -71,9 +70,7 @@ class VisionTransformer(ModelBase):
                       attn_drop=cfg.attn_drop_rate, drop_path=drop_path[i])
                 for i in range(cfg.depth)
             ])
-            self.norm = nn.LayerNorm(C, eps=LAYER_NORM_EPS)
-            self.head = self.make_head(C)
-            self.feature_info = cfg.feature_info
+            self.norm, self.head = nn.LayerNorm(C, eps=LAYER_NORM_EPS), self.make_head(C)
         self.reset_parameters()
 
     @torch.no_grad()
@@ -106,14 +103,6 @@ class VisionTransformer(ModelBase):
         each passed through the final norm if ``norm``.  Returns ``(final features, maps)``, or
         only the maps with ``intermediates_only`` (then the blocks after the last index are skipped).
         """
-        take = interface.resolve_indices(indices, len(self.blocks))
-        interface.check_output_fmt(output_fmt)
-        x, maps = self.embed(images), []
-        last = take[-1] if intermediates_only else len(self.blocks) - 1
-        for i, blk in enumerate(self.blocks[:last + 1]):
-            x = blk(x)
-            if i in take:
-                y = self.norm(x) if norm else x
-                maps.append(interface.tokens_to_grid(y, self.patch_embed.grid_size,
-                                                     self.num_prefix_tokens, output_fmt))
+        x, maps = self.block_maps(images, indices, norm, output_fmt, intermediates_only,
+                                  self.num_prefix_tokens)
         return maps if intermediates_only else (self.norm(x), maps)
