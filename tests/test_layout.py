@@ -143,6 +143,13 @@ def test_the_numpy_room_and_what_it_stands_on_never_import_torch():
     assert {"vit_scratch.validation", "vit_scratch.interface"} <= seen
 
 
+def test_no_module_of_the_library_is_over_500_lines():
+    """One subject per file keeps each short enough to read whole."""
+    lengths = {str(path.relative_to(ROOT)): len(path.read_text().splitlines())
+               for path in PACKAGE.rglob("*.py")}
+    assert not {k: n for k, n in lengths.items() if n > 500}
+
+
 def test_no_module_of_the_library_imports_timm():
     for module, path in MODULES.items():
         assert not any(i == "timm" or i.startswith("timm.") for i in _imports(module, path)), module

@@ -95,6 +95,34 @@ def test_twenty_steps_equal_the_pytorch_trainers(name, dtype):
     assert all(np.array_equal(v.numpy(), weights[k]) for k, v in model.state_dict().items())
 
 
+def test_a_scale_without_serial_blocks_trains_in_both_rooms():
+    """A CoaT-Lite whose third scale has no serial block: its CPE and CRPE take part in no
+    forward pass, get no gradient in either room, and both runners leave them as they are while
+    the rest trains to the same weights."""
+    kwargs = {**TINY["coat_lite_digits"], "serial_depths": (1, 1, 0, 1)}
+    torch.manual_seed(0)
+    model = vit_scratch.create_model("coat_lite_digits", **kwargs).double()
+    vit_scratch.randomize_weights_(model, seed=1)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    settings = TrainSettings(model="coat_lite_digits", model_kwargs=kwargs, epochs=1, lr=1e-2,
+                             warmup_epochs=0.0)
+    ours, theirs = (runner(model, settings, 3) for runner in (runners.NumpyRunner,
+                                                              runners.TorchRunner))
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(3):
+        images = torch.randn(BATCH, 1, 8, 8, generator=gen, dtype=torch.float64)
+        labels = torch.randint(0, 10, (BATCH,), generator=gen)
+        a, b = ours.step(images, labels), theirs.step(images, labels)
+        assert abs(a.loss - b.loss) <= 1e-9 * b.loss
+    idle = {k for k in initial if k.startswith(("cpe3.", "crpe3."))}
+    assert idle and all(model.get_parameter(k).grad is None for k in idle)
+    moved = {}
+    for key, value in model.state_dict().items():
+        assert np.abs(ours.model.params[key] - value.numpy()).max() <= 1e-9, key
+        moved[key] = not torch.equal(value, initial[key])
+    assert not any(moved[k] for k in idle) and np.mean(list(moved.values())) > 0.8
+
+
 def test_schedule_is_one_function():
     """Both backends follow one ``lr_at``: the NumPy room's training module uses it, and
     ``LrSchedule`` (the NumPy runner's schedule) follows it step by step (PyTorch's schedulers

@@ -157,12 +157,6 @@ def _multi_head_attention(x, qkv_weight, qkv_bias, proj_weight, proj_bias, num_h
     return _linear(_merge_heads(out), proj_weight, proj_bias), attn  # (B, N, C)
 
 
-def _heads_to_qkv(dq: np.ndarray, dk: np.ndarray, dv: np.ndarray) -> np.ndarray:
-    """Three (B, h, N, d) gradients -> the (B, N, 3·h·d) gradient of the fused qkv projection
-    (the inverse of ``rearrange(qkv, "b n (three h d) -> three b h n d")``)."""
-    return rearrange(np.stack([dq, dk, dv]), "three b h n d -> b n (three h d)")
-
-
 def multi_head_attention_forward(x: np.ndarray, qkv_weight: np.ndarray, qkv_bias: np.ndarray | None,
                                  proj_weight: np.ndarray, proj_bias: np.ndarray, num_heads: int,
                                  mask: np.ndarray | None = None):
@@ -186,6 +180,12 @@ def multi_head_attention_backward(dout: np.ndarray, cache: Cache):
     dq, dk, dv = attention_backward(_split_heads(dmerged, cache.num_heads), cache.attention)
     dx, dqkv_w, dqkv_b = linear_backward(_heads_to_qkv(dq, dk, dv), cache.qkv)
     return dx, dqkv_w, dqkv_b, dproj_w, dproj_b
+
+
+def _heads_to_qkv(dq: np.ndarray, dk: np.ndarray, dv: np.ndarray) -> np.ndarray:
+    """Three (B, h, N, d) gradients -> the (B, N, 3·h·d) gradient of the fused qkv projection
+    (the inverse of ``rearrange(qkv, "b n (three h d) -> three b h n d")``)."""
+    return rearrange(np.stack([dq, dk, dv]), "three b h n d -> b n (three h d)")
 
 
 def causal_mask(n: int) -> np.ndarray:

@@ -121,18 +121,6 @@ def bilinear_resize(x: np.ndarray, size=None, scale_factor=None, axes=(-2, -1)) 
     return along(wh0, ah) * blend_w(top) + along(wh1, ah) * blend_w(bottom)
 
 
-def resize_matrix(in_size: int, out_size: int, ratio: float, dtype) -> np.ndarray:
-    """1-D linear resizing as a matrix M (out_size, in_size): ``M @ x`` resizes x along one
-    axis exactly as :func:`bilinear_resize` does (the same taps and weights); each row has at
-    most two non-zero entries, summing to 1."""
-    i0, i1, w0, w1 = _linear_taps(in_size, out_size, ratio, dtype)
-    m = np.zeros((out_size, in_size), dtype=dtype)
-    rows = np.arange(out_size)
-    np.add.at(m, (rows, i0), w0)
-    np.add.at(m, (rows, i1), w1)
-    return m
-
-
 def bilinear_resize_forward(x: np.ndarray, size=None, scale_factor=None, axes=(-2, -1)):
     """:func:`bilinear_resize` -> (out, cache)."""
     out = bilinear_resize(x, size=size, scale_factor=scale_factor, axes=axes)
@@ -158,6 +146,18 @@ def bilinear_resize_backward(dout: np.ndarray, cache: Cache) -> np.ndarray:
     m_w = resize_matrix(in_hw[1], out_w, rw, dtype)  # (W', W)
     dx = np.moveaxis(np.tensordot(m_h.T, np.moveaxis(dout, ah, 0), axes=1), 0, ah)  # H' -> H
     return np.moveaxis(np.tensordot(m_w.T, np.moveaxis(dx, aw, 0), axes=1), 0, aw)  # W' -> W
+
+
+def resize_matrix(in_size: int, out_size: int, ratio: float, dtype) -> np.ndarray:
+    """1-D linear resizing as a matrix M (out_size, in_size): ``M @ x`` resizes x along one
+    axis exactly as :func:`bilinear_resize` does (the same taps and weights); each row has at
+    most two non-zero entries, summing to 1."""
+    i0, i1, w0, w1 = _linear_taps(in_size, out_size, ratio, dtype)
+    m = np.zeros((out_size, in_size), dtype=dtype)
+    rows = np.arange(out_size)
+    np.add.at(m, (rows, i0), w0)
+    np.add.at(m, (rows, i1), w1)
+    return m
 
 
 def interpolate_tokens(x: np.ndarray, size, scale_factor: float) -> np.ndarray:
