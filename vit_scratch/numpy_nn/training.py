@@ -1,5 +1,6 @@
 """Training in the NumPy room: the loss and its gradients, AdamW, the learning-rate schedule and
-one optimisation step -- the PyTorch trainer's recipe (``vit_scratch.train``), written by hand.
+one optimisation step -- the PyTorch trainer's recipe (``vit_scratch.training.recipe``), written
+by hand.
 
     params = trainable_params(model)                       # {key: array}, updated in place
     optimizer = AdamW(params, weight_decay=0.3)            # decay as the PyTorch trainer's groups
