@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from exercises.feedback import Fail, close, expect_error, type_name
-from exercises.judge import exercise
+from exercises.grader.judge import exercise
 
 from .references import NUMPY_ONLY, N, T, bilinear, rng
 

@@ -1,16 +1,14 @@
-"""The judge's side of the trust boundary: the confined processes and the messages to them.
+"""The judge's side of the trust boundary: the zygotes, and the process of each exercise.
 
-:class:`Zygote` starts ``exercises/runner.py`` in a fresh interpreter that never imports a
-hidden test, a reference or the scoring code, and asks it to fork one process per exercise
-(:meth:`Zygote.spawn`). :class:`Child` talks to that process: one request, one answer, each
-answer checked strictly (its nonce, its size, its fields) -- a made-up or malformed message
-ends the exercise with zero; it never reaches the scores. The learner's time is counted while
-the judge waits for an answer, not while the judge computes its references.
-
-:func:`protections` says what this machine gives: as root, each submission's processes run
-under a uid and gid of their own (the repository, ``exercises/hidden/`` and the report are not
-theirs to write, and ``hidden/`` and ``solutions/`` are not theirs to read); not as root they
-run as you, and the list says what is missing.
+:class:`Zygote` starts ``exercises/grader/sandbox/zygote.py`` in a fresh interpreter
+(``python -I -B``) that imports NumPy -- and PyTorch, for the ``torch`` kind -- once and never a
+hidden test, a reference or the scoring code, and asks it to fork the process of each exercise
+inside a bubblewrap sandbox (:meth:`Zygote.spawn`; the sandbox's arguments come from
+:mod:`exercises.grader.bubblewrap`). :class:`Child` talks to that process: one request, one
+answer, each answer checked strictly (its nonce, its size, its fields) -- a made-up or
+malformed message ends the exercise with zero; it never reaches the scores, and nothing the
+process sends is reported as an error of the grader. The learner's time is counted while the
+judge waits for an answer, not while the judge computes its references.
 """
 from __future__ import annotations
 
@@ -21,19 +19,16 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
-from exercises.runner import (DQ_EXIT, INTERNAL_EXIT, MAX_MESSAGE, RECURSION_EXIT, ProtocolError, dumps, loads,
-                              pack, unpack)
+from exercises.grader.sandbox.guard import DQ_EXIT, INTERNAL_EXIT, RECURSION_EXIT
+from exercises.grader.sandbox.wire import MAX_MESSAGE, ProtocolError, pack, unpack
 
-RUNNER = Path(__file__).resolve().parent / "runner.py"
-ROOT = RUNNER.parents[1]
-UID_BASE = 2_000_000_000          # a uid (and gid) per submission: UID_BASE + n, no such user
-READY_TIMEOUT = 300.0             # seconds for the zygote to import torch and the library
-STATUSES = frozenset({"ok", "raised", "notdone", "exit", "import", "toolarge", "disqualified", "bad"})
+ZYGOTE = Path(__file__).resolve().parent / "sandbox" / "zygote.py"
+READY_TIMEOUT = 300.0             # seconds for a zygote to import PyTorch
+STATUSES = frozenset({"ok", "raised", "notdone", "exit", "import", "toolarge", "disqualified"})
 
 
 class ChildGone(BaseException):
@@ -45,62 +40,40 @@ class ChildGone(BaseException):
         self.status, self.reason, self.kind = status, reason, kind
 
 
-def is_root() -> bool:
-    return os.geteuid() == 0
+def _dumps(obj) -> bytes:
+    import json
 
-
-def protections() -> tuple[list[str], list[str]]:
-    """(what the grader has, what it lacks) on this machine, in words."""
-    have = ["each exercise in a fresh process that never imported the hidden tests, the "
-            "references or the scoring code; inputs and outputs as data (JSON and raw array bytes)",
-            "an audit hook, a profiler and a tracer installed before the submission is imported",
-            "resource limits: CPU time, address space, output size, one process (no fork, no thread)",
-            "its own session, killed with its process group when the exercise ends, and by the "
-            "kernel when the grader dies (PR_SET_PDEATHSIG)",
-            "the hidden tests and the grading code checked against exercises/hidden/manifest.json"]
-    lack = []
-    if is_root():
-        have.append("a uid and gid of its own per submission: cannot write the repository or the "
-                    "report, read exercises/hidden/ or exercises/solutions/ (mode 0700), or signal "
-                    "the grader or another submission")
-    else:
-        lack = ["not root: the submission runs as your user -- only the audit hook stops it from "
-                "reading exercises/hidden/ and exercises/solutions/, writing your files or "
-                "signalling the grader; run the grader as root (a container, CI) for the uid drop"]
-    if sys.platform != "linux":
-        lack.append("not Linux: PR_SET_PDEATHSIG and the per-process limits are Linux features")
-    return have, lack
+    return json.dumps(obj).encode()
 
 
 def _read_line(sock, timeout: float) -> dict:
+    import json
+
     sock.settimeout(timeout)
     buf = b""
     while not buf.endswith(b"\n"):
         chunk = sock.recv(1 << 16)
         if not chunk:
-            raise RuntimeError("the runner process ended")
+            raise RuntimeError("the zygote ended")
         buf += chunk
-    return loads(buf.strip())
+    return json.loads(buf.strip())
 
 
 class Zygote:
-    """The runner process that preloads the libraries and forks one process per exercise."""
+    """The process that preloads the libraries and forks one process per exercise."""
 
-    def __init__(self, workdir: Path):
-        self.workdir = Path(workdir)
-        self.libdir = Path(tempfile.mkdtemp(prefix="vit-scratch-lib-"))
-        os.chmod(self.libdir, 0o755)
-        os.symlink(ROOT / "vit_scratch", self.libdir / "vit_scratch")
+    def __init__(self, workdir: Path, kind: str, env: dict | None = None):
+        self.workdir, self.kind = Path(workdir), kind
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent",
-               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-               "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
-        self.log = self.workdir / "runner.log"
+        base = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent",
+                "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+                "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
+        self.log = self.workdir / f"zygote-{kind}.log"
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-B", str(RUNNER), str(theirs.fileno()), str(ROOT), str(self.libdir)],
-                pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                cwd="/")
+                [sys.executable, "-I", "-B", str(ZYGOTE), str(theirs.fileno()), kind],
+                pass_fds=(theirs.fileno(),), env={**base, **(env or {})}, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=log, cwd="/")
         theirs.close()
         self.ready = False
         self.lock = threading.Lock()      # one spawn or reap at a time on the socket
@@ -111,9 +84,9 @@ class Zygote:
         try:
             msg = _read_line(self.sock, READY_TIMEOUT)
         except (OSError, RuntimeError, ValueError) as err:
-            raise RuntimeError(f"the runner did not start ({err}): {self._log_tail()}") from None
+            raise RuntimeError(f"the {self.kind} zygote did not start ({err}): {self._log_tail()}") from None
         if msg.get("ready") is not True:
-            raise RuntimeError(f"the runner did not start: {self._log_tail()}")
+            raise RuntimeError(f"the {self.kind} zygote did not start: {self._log_tail()}")
         self.sock.settimeout(None)
         self.ready = True
 
@@ -123,7 +96,9 @@ class Zygote:
         except OSError:
             return ""
 
-    def spawn(self, *, uid, gid, forbid, allow, limits, output_fd) -> "Child":
+    def spawn(self, *, request: dict, output_fd: int) -> "Child":
+        """Fork the process of one exercise. ``request``: bwrap (its path, or None without a
+        sandbox), args, exercise, submission, library, limits."""
         with self.lock:
             self.wait_ready()
             req_r, req_w = os.pipe()
@@ -131,27 +106,30 @@ class Zygote:
             for fd in (req_w, resp_r):
                 os.set_inheritable(fd, False)
             try:
-                socket.send_fds(self.sock, [dumps({"op": "spawn", "uid": uid, "gid": gid, "forbid": list(forbid),
-                                                   "allow": list(allow), "limits": limits}) + b"\n"],
-                                [req_r, resp_w, output_fd])
-                pid = _read_line(self.sock, 60.0)["pid"]
+                socket.send_fds(self.sock, [_dumps({"op": "spawn", **request}) + b"\n"], [req_r, resp_w, output_fd])
+                answer = _read_line(self.sock, 120.0)
                 self.sock.settimeout(None)
             finally:
                 os.close(req_r)
                 os.close(resp_w)
-        return Child(self, pid, req_w, resp_r)
+        if "pid" not in answer:
+            os.close(req_w)
+            os.close(resp_r)
+            raise RuntimeError(f"the sandbox of exercise {request.get('exercise')} did not start: "
+                               f"{answer.get('error')}")
+        return Child(self, answer["pid"], req_w, resp_r)
 
     def reap(self, pid: int) -> tuple[int, float]:
-        """Kill the process group and the process, wait for it: (wait status, CPU seconds)."""
+        """Kill the process and close its sandbox: (wait status, CPU seconds)."""
         with self.lock:
-            self.sock.sendall(dumps({"op": "reap", "pid": pid}) + b"\n")
+            self.sock.sendall(_dumps({"op": "reap", "pid": pid}) + b"\n")
             answer = _read_line(self.sock, 60.0)
             self.sock.settimeout(None)
         return answer["status"], float(answer.get("cpu", 0.0))
 
     def close(self) -> None:
         try:
-            self.sock.sendall(dumps({"op": "quit"}) + b"\n")
+            self.sock.sendall(_dumps({"op": "quit"}) + b"\n")
         except OSError:
             pass
         try:
@@ -160,11 +138,6 @@ class Zygote:
             self.proc.kill()
             self.proc.wait()
         self.sock.close()
-        try:
-            (self.libdir / "vit_scratch").unlink()
-            self.libdir.rmdir()
-        except OSError:
-            pass
 
 
 class Child:
@@ -197,13 +170,12 @@ class Child:
                                               "not ask for (never write to file descriptors you did not open)")
         status = head.get("status")
         if status not in STATUSES:
-            raise ChildGone("protocol error", "zero: a message with an unknown status on the grader's channel")
+            raise ChildGone("protocol error", "zero: an answer the grader did not expect on its channel "
+                                              "(an unknown status)")
         if status == "disqualified":
             kind, detail = head.get("kind"), head.get("detail")
             raise ChildGone("disqualified", "", kind=f"{kind}\0{detail}" if isinstance(kind, str) and
                             isinstance(detail, str) else "internal\0")
-        if status == "bad":
-            raise RuntimeError(f"the runner refused a request: {head.get('message')}")
         return head, got
 
     def _write(self, data: bytes, deadline: float) -> None:
@@ -280,5 +252,4 @@ def describe_end(status: int, time_limit: float, cpu_limit: int) -> tuple[str, s
         return "disqualified", "zero: the grader's guard stopped the exercise"
     if code == INTERNAL_EXIT:
         return "crashed", "zero: the grader's guard stopped the process (an error inside the guard)"
-    return "exited", (f"zero: the process ended with exit status {code} before the tests finished "
-                      "(os._exit()? never exit from an exercise function)")
+    return "exited", f"zero: the process ended with exit status {code} before the tests finished"

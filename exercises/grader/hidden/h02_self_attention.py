@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 from exercises.feedback import Fail, close, expect_error
-from exercises.judge import exercise
+from exercises.grader.judge import exercise
 
 from .references import NUMPY_ONLY, attention, attention_grads, rng, softmax as ref_softmax
 
@@ -12,6 +12,8 @@ MOD = "ex02_self_attention"
 NO_SCIPY_SOFTMAX = NUMPY_ONLY + ("scipy.special.softmax", "scipy.special.log_softmax",
                                  "scipy.special.logsumexp")
 OVERFLOW = "NaN or inf for large scores: exp() overflowed -- subtract each row's maximum first"
+DIAGONAL_ONLY = ("only the diagonal of the softmax Jacobian, P ⊙ (1 − P) ⊙ dP as for a sigmoid: each score "
+                 "moves every weight of its row, so dS = P ⊙ (dP − rowsum(dP ⊙ P))")
 
 
 def _finite(got, what):
@@ -80,7 +82,7 @@ def sdpa_mistakes(q, k, v, mask=None):
          f"your weights' rows sum to 1/√d = {1 / math.sqrt(d):.3g}, not 1: did you scale after the softmax?"),
         (attention(q, k, v, mask, scale="none"), "no 1/√d scale: divide the scores q kᵀ by √d"),
         (attention(q, k, v, mask, scale="d"), "scaled by 1/d: the scale is 1/√d"),
-        (attention(q, k, v, mask, softmax_dim=-2) if q.shape[-2] == k.shape[-2] else np.zeros(0),
+        (attention(q, k, v, mask, softmax_dim=-2),
          "the softmax runs over the queries (axis -2): each query's weights over the keys "
          "(axis -1) must sum to 1"),
         (attention(q, np.swapaxes(k, -1, -2), v, mask) if k.shape[-1] == k.shape[-2] else np.zeros(0),
@@ -265,12 +267,15 @@ def attention_backward(g):
         P = ref_softmax(s * q @ np.swapaxes(k, -1, -2))
         dP = grad @ np.swapaxes(v, -1, -2)
         dS_diag = P * dP                                       # the row term forgotten
+        dS_sigmoid = P * (1 - P) * dP                          # the Jacobian's diagonal only
         return {
             "dq": [(s * dS_diag @ k, "dS = P ⊙ dP misses the second term of the softmax Jacobian: "
                                      "dS = P ⊙ (dP − rowsum(dP ⊙ P))"),
+                   (s * dS_sigmoid @ k, DIAGONAL_ONLY),
                    (attention_grads(q, k, v, grad)[0] / s, "missing the scale: S = s·q kᵀ, so dq = s·dS k")],
             "dk": [(s * np.swapaxes(dS_diag, -1, -2) @ q, "dS = P ⊙ dP misses the second term of the "
                                                           "softmax Jacobian"),
+                   (s * np.swapaxes(dS_sigmoid, -1, -2) @ q, DIAGONAL_ONLY),
                    (attention_grads(q, k, v, grad)[1] / s, "missing the scale: dk = s·dSᵀ q")],
             "dv": [(P @ grad if P.shape[-1] == P.shape[-2] else np.zeros(0),
                     "dv needs the transpose: dv = Pᵀ grad_out")],

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from exercises.feedback import Fail, close
-from exercises.judge import exercise
+from exercises.grader.judge import exercise
 
 from .references import NUMPY_ONLY, N, T, rng
 
@@ -17,6 +17,10 @@ MOD = "ex10_backprop"
 NO_SCIPY_SOFTMAX = NUMPY_ONLY + ("scipy.special.softmax", "scipy.special.log_softmax")
 WRONG_AXIS = ("summed over the wrong axis: a parameter used at every position gets the sum of "
               "the gradients over every axis but its own (batch and tokens)")
+DIAGONAL_ONLY = ("only the diagonal of the softmax Jacobian, p ⊙ (1 − p) ⊙ dout as for a sigmoid: each input "
+                 "moves every output of its row, so dx = p ⊙ (dout − Σ dout ⊙ p)")
+OVERFLOW = ("NaN or inf for large scores: the forward softmax overflowed -- subtract each row's maximum "
+            "before exp()")
 
 
 def _grads(fn, arrays, dout):
@@ -111,8 +115,8 @@ def softmax_mistakes(dout, p, axis):
         (-p * (dout * p).sum(axis=axis, keepdims=True),
          "the softmax Jacobian is missing its diagonal: ∂p_i/∂x_j = p_i (δ_ij − p_j) has the "
          "term p_i δ_ij, so dx = p ⊙ (dout − Σ dout ⊙ p)"),
-        (p * dout, "only the diagonal of the softmax Jacobian: the − p_i p_j term adds "
-                   "− p ⊙ Σ(dout ⊙ p)"),
+        (p * dout, "the Jacobian's − p_i p_j term is missing: it adds − p ⊙ Σ(dout ⊙ p)"),
+        (p * (1 - p) * dout, DIAGONAL_ONLY),
         (p * (dout - (dout * p).sum(axis=-1, keepdims=True)),
          "summed over the last axis: the sum runs along `axis`, the axis the softmax normalises"),
     ]
@@ -157,7 +161,22 @@ def softmax_backward(g):
 
 # ---- 10.3 class attention ---------------------------------------------------------------------
 
-def class_attention_torch(x, wq, wk, wv, h, class_query=True):
+class _DiagonalSoftmax(torch.autograd.Function):
+    """A softmax whose backward keeps only the Jacobian's diagonal, p (1 − p): the slip to name."""
+
+    @staticmethod
+    def forward(ctx, s):
+        p = torch.softmax(s, dim=-1)
+        ctx.save_for_backward(p)
+        return p
+
+    @staticmethod
+    def backward(ctx, grad):
+        (p,) = ctx.saved_tensors
+        return p * (1 - p) * grad
+
+
+def class_attention_torch(x, wq, wk, wv, h, class_query=True, softmax=None):
     B, n, C = x.shape
     d = C // h
     q = (x[:, :1] @ wq.T).reshape(B, 1, h, d).transpose(1, 2)
@@ -165,7 +184,8 @@ def class_attention_torch(x, wq, wk, wv, h, class_query=True):
     v = (x @ wv.T).reshape(B, n, h, d).transpose(1, 2)
     if not class_query:  # the slip: the query treated as a constant (no gradient to x)
         q = q.detach()
-    a = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d), dim=-1)
+    s = q @ k.transpose(-2, -1) / math.sqrt(d)
+    a = torch.softmax(s, dim=-1) if softmax is None else softmax(s)
     return (a @ v).transpose(1, 2).reshape(B, 1, C)
 
 
@@ -173,32 +193,40 @@ def class_attention_torch(x, wq, wk, wv, h, class_query=True):
 def class_attention_backward(g):
     f = g.fn("class_attention_backward")
 
-    def check(B, n, C, h, seed, what, dtype=np.float64, atol=1e-10):
+    def check(B, n, C, h, seed, what, dtype=np.float64, atol=1e-10, scale=1.0):
         r = rng(seed)
-        x = r.standard_normal((B, n, C))
+        x = scale * r.standard_normal((B, n, C))
         ws = [r.standard_normal((C, C)) / math.sqrt(C) for _ in range(3)]
         dout = r.standard_normal((B, 1, C))
         expected = _grads(lambda *t: class_attention_torch(*t, h), (x, *ws), dout)
         no_query = _grads(lambda *t: class_attention_torch(*t, h, class_query=False), (x, *ws), dout)
+        diagonal = _grads(lambda *t: class_attention_torch(*t, h, softmax=_DiagonalSoftmax.apply), (x, *ws), dout)
         got = _tuple(f(*(a.astype(dtype) for a in (dout, x, *ws)), h), 4, what,
                      ("dx", "dq_weight", "dk_weight", "dv_weight"))
-        close(got[0], expected[0], f"{what}: dx", atol=atol, dtype=None if dtype == np.float64 else dtype,
+        if scale > 1:
+            for name, gv in zip(("dx", "dq_weight", "dk_weight", "dv_weight"), got):
+                if not np.isfinite(np.asarray(gv, dtype=float)).all():
+                    raise Fail(f"{what}: {name}: {OVERFLOW}")
+        rtol = 1e-9 if scale > 1 else 0.0
+        close(got[0], expected[0], f"{what}: dx", atol=atol, rtol=rtol, dtype=None if dtype == np.float64 else dtype,
               mistakes=[(no_query[0], "the class token's query path is missing: x[:, 0] also makes "
-                                      "q, so dx[:, 0] gets dq @ q_weight as well")])
-        for name, gv, ev in zip(("dq_weight", "dk_weight", "dv_weight"), got[1:], expected[1:]):
+                                      "q, so dx[:, 0] gets dq @ q_weight as well"),
+                        (diagonal[0], DIAGONAL_ONLY)])
+        for name, gv, ev, dv in zip(("dq_weight", "dk_weight", "dv_weight"), got[1:], expected[1:], diagonal[1:]):
             _shape_hint(gv, ev, f"{what}: {name}")
-            close(gv, ev, f"{what}: {name}", atol=atol * 10,
-                  mistakes=[(ev / B, "averaged over the batch: a weight's gradient is the sum "
-                                     "over the batch and the tokens")] if B > 1 else ())
+            close(gv, ev, f"{what}: {name}", atol=atol * 10, rtol=rtol,
+                  mistakes=([(ev / B, "averaged over the batch: a weight's gradient is the sum "
+                                      "over the batch and the tokens")] if B > 1 else []) + [(dv, DIAGONAL_ONLY)])
 
     @g.part("one image, 3 tokens, 1 head vs autograd", 3)
     def _():
         check(1, 3, 4, 1, 3001, "B=1, N=3, C=4, 1 head")
 
-    @g.part("random shapes vs autograd (batch, tokens, heads)", 5)
+    @g.part("random shapes vs autograd (batch, tokens, heads), large scores too", 5)
     def _():
         for i, (B, n, C, h) in enumerate([(2, 5, 8, 2), (3, 4, 6, 3), (1, 1, 4, 2), (2, 9, 12, 4)]):
             check(B, n, C, h, 3010 + i, f"B={B}, N={n}, C={C}, {h} heads")
+        check(2, 6, 8, 2, 3015, "scores in the thousands", atol=1e-7, scale=60.0)
 
     @g.part("float32 in, float32 out", 1)
     def _():
@@ -211,7 +239,7 @@ def class_attention_backward(g):
         return f.later(r.standard_normal((1, 1, C)), x, w, w, w, h)
 
     g.no_loops(3, make, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"h": 2}, {"h": 12}, 10)},
-               requires=["random shapes vs autograd (batch, tokens, heads)"])
+               requires=["random shapes vs autograd (batch, tokens, heads), large scores too"])
 
 
 # ---- 10.4 factorized attention ----------------------------------------------------------------
@@ -232,6 +260,9 @@ def factorized_mistakes(dout, q, k, v):
          "(axis -2), so its backward sums over the tokens (axis -2) too"),
         (kt * dkt, "the softmax Jacobian is missing its off-diagonal term: subtract "
                    "k̃ ⊙ Σ_tokens(dk̃ ⊙ k̃)"),
+        (kt * (1 - kt) * dkt, "only the diagonal of the softmax Jacobian, k̃ ⊙ (1 − k̃) ⊙ dk̃ as for a "
+                              "sigmoid: each key moves the whole column of k̃, so "
+                              "dk = k̃ ⊙ (dk̃ − Σ_tokens dk̃ ⊙ k̃)"),
         (_grads(lambda *t: factorized_torch(*t, softmax_dim=-1), (q, k, v), dout)[1],
          "the softmax over the channels: CoaT's k̃ = softmax(k) runs over the tokens (axis -2)"),
     ]

@@ -4,7 +4,7 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from exercises.feedback import close, expect_error
-from exercises.judge import exercise
+from exercises.grader.judge import exercise
 
 from .references import NUMPY_ONLY, N, T, rng
 

@@ -1,6 +1,7 @@
 """HIDDEN TESTS -- instructors only (``python -m exercises.release`` leaves this folder out).
 
-Importing this package registers every exercise's hidden test in ``exercises.judge.REGISTRY``.
+Importing this package registers every exercise's hidden test in
+``exercises.grader.judge.REGISTRY``.
 Each test compares the learner's code with an independent reference written here (PyTorch
 ops, ``F.interpolate``, ``F.conv2d(groups=C)``, autograd, hand-worked cases) -- never with
 ``vit_scratch``, which holds the library's versions of several exercises.

@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 from exercises.feedback import Fail, close, equal, expect_error
-from exercises.judge import exercise
+from exercises.grader.judge import exercise
 
 from .references import NUMPY_ONLY, attention, rng, softmax
 

@@ -3,7 +3,7 @@ import numpy as np
 import torch
 
 from exercises.feedback import Fail, close, expect_error
-from exercises.judge import exercise
+from exercises.grader.judge import exercise
 
 from .references import NUMPY_ONLY, N, T, depthwise, rng
 

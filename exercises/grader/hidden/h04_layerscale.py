@@ -2,7 +2,7 @@
 import numpy as np
 
 from exercises.feedback import Fail, close, equal, expect_error, type_name
-from exercises.judge import exercise
+from exercises.grader.judge import exercise
 
 from .h03_vision_transformer import check_keys, forward, grads_reach_everything, load
 from .references import N, T, block, block_params, expected_keys, rng

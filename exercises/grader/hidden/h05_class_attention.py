@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from exercises.feedback import Fail, close, expect_error
-from exercises.judge import exercise
+from exercises.grader.judge import exercise
 
 from .h03_vision_transformer import check_keys, forward, grads_reach_everything, load
 from .references import NUMPY_ONLY, N, T, attention, rng
@@ -100,6 +100,18 @@ def attn_mistakes(x, p, h, class_token_in_keys=True):
              "the weights come from unscaled scores: divide q kᵀ by √d before the softmax")]
 
 
+def large_scores_case(seed):
+    """Inputs whose scores q·k/√d reach the thousands: exp() overflows unless each row's maximum
+    is subtracted first."""
+    return 100 * rng(seed).standard_normal((2, 9, 8)), ca_params(8, seed + 1)
+
+
+def _finite(got, what):
+    if not np.isfinite(np.asarray(got, dtype=float)).all():
+        raise Fail(f"{what}: NaN or inf for large scores: exp() overflowed -- subtract each row's maximum "
+                   "before exp()")
+
+
 def _pair(got, what):
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         raise Fail(f"{what}: with return_attention=True return the pair (out, weights)")
@@ -154,10 +166,9 @@ def class_attention(g):
 
     @g.part("large scores stay finite", 2)
     def _():
-        x, p = 20 * rng(506).standard_normal((2, 9, 8)), ca_params(8, 507)
+        x, p = large_scores_case(506)
         got = f(x, *weights(p), 2)
-        if not np.isfinite(np.asarray(got, dtype=float)).all():
-            raise Fail("NaN or inf for large scores: subtract the maximum before exp()")
+        _finite(got, "class attention with scores in the thousands")
         close(got, class_attn_ref(x, p, 2), "class attention with large scores", atol=1e-8, rtol=1e-10)
 
     def make(n=3, h=2):
@@ -180,7 +191,7 @@ def class_attention_without_cls_key(g):
               "identity weights, class_token_in_keys=False", atol=1e-12,
               mistakes=ca_mistakes(x, eye, 1, class_token_in_keys=False))
 
-    @g.part("random inputs vs an independent reference", 2)
+    @g.part("random inputs vs an independent reference, large scores too", 2)
     def _():
         r = rng(521)
         for B, n, C, h in [(2, 6, 12, 3), (1, 9, 8, 2), (3, 2, 6, 1), (2, 16, 16, 4)]:
@@ -188,6 +199,11 @@ def class_attention_without_cls_key(g):
             close(f(x, *weights(p), h, class_token_in_keys=False), class_attn_ref(x, p, h, class_token_in_keys=False),
                   f"class_token_in_keys=False (B={B}, N={n}, C={C}, {h} heads)", atol=1e-10,
                   mistakes=ca_mistakes(x, p, h, class_token_in_keys=False))
+        x, p = large_scores_case(528)
+        got = f(x, *weights(p), 2, class_token_in_keys=False)
+        _finite(got, "class_token_in_keys=False with scores in the thousands")
+        close(got, class_attn_ref(x, p, 2, class_token_in_keys=False), "class_token_in_keys=False with large scores",
+              atol=1e-8, rtol=1e-10)
 
     @g.part("return_attention=True: the (B, h, 1, N) weights", 1)
     def _():
@@ -210,7 +226,7 @@ def class_attention_without_cls_key(g):
         return f.later(x, *weights(p), h, class_token_in_keys=False)
 
     g.no_loops(2, make, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"h": 2}, {"h": 12}, 10)},
-               requires=["random inputs vs an independent reference"])
+               requires=["random inputs vs an independent reference, large scores too"])
 
 
 def th_params(C, h, seed):

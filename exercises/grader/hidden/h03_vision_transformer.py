@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from exercises.feedback import Fail, close, equal, expect_error, type_name
-from exercises.judge import exercise
+from exercises.grader.judge import exercise
 
 from .references import NUMPY_ONLY, N, T, block, block_params, expected_keys, rng
 
