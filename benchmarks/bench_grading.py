@@ -1,13 +1,14 @@
 """How long the grader takes for a full correct submission (the reference solutions, 293 points).
 
-    python benchmarks/bench_grading.py            # 3 runs, the best wall time counts
-    python benchmarks/bench_grading.py --runs 1 --jobs 1
+    python benchmarks/bench_grading.py            # 3 runs each, with the sandbox and without
+    python benchmarks/bench_grading.py --runs 1 --jobs 1 --sandbox-only
 
 Each run is one ``python -m exercises.grade --submission exercises/solutions`` in a fresh process
-(what an instructor types): the grader's start, the runner's start (PyTorch imported once), then
-29 exercises in confined processes. Prints the wall time and the CPU time of the grader and of
-all its processes, and the machine's load, since a busy machine slows everything down. The
-target: under 15 s wall on 2 idle cores.
+(what an instructor types): the grader's start, the zygotes' (PyTorch imported once), then 29
+exercises, each in a process of its own -- inside its bubblewrap sandbox, or, for comparison,
+without one (``--trust-submissions``). Prints the wall time and the CPU time of the grader and
+of all its processes, and the machine's load, since a busy machine slows everything down. The
+target: under 15 s wall on 2 idle cores, with the sandbox.
 """
 from __future__ import annotations
 
@@ -22,11 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def one_run(jobs: int) -> tuple[float, float, int]:
+def one_run(jobs: int, sandbox: bool) -> tuple[float, float, int]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "exercises.grade", "--submission",
-                             str(ROOT / "exercises" / "solutions"), "--jobs", str(jobs)],
+                             str(ROOT / "exercises" / "solutions"), "--jobs", str(jobs),
+                             *([] if sandbox else ["--trust-submissions"])],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
                             capture_output=True, text=True)
     wall = time.perf_counter() - start
@@ -42,14 +44,18 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=2, help="exercises graded at a time (the grader's --jobs)")
+    parser.add_argument("--sandbox-only", action="store_true", help="skip the runs without the sandbox")
     args = parser.parse_args(argv)
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} before the first run")
-    walls = []
-    for i in range(args.runs):
-        wall, cpu, _ = one_run(args.jobs)
-        walls.append(wall)
-        print(f"run {i + 1}: {wall:5.1f} s wall, {cpu:5.1f} s CPU (grader and its processes), 293/293")
-    print(f"best: {min(walls):.1f} s wall (--jobs {args.jobs}); load average now {os.getloadavg()[0]:.1f}")
+    for sandbox in (True,) if args.sandbox_only else (True, False):
+        label = "with the sandbox" if sandbox else "without it (--trust-submissions)"
+        walls = []
+        for i in range(args.runs):
+            wall, cpu, _ = one_run(args.jobs, sandbox)
+            walls.append(wall)
+            print(f"{label}, run {i + 1}: {wall:5.1f} s wall, {cpu:5.1f} s CPU (grader and its processes), 293/293")
+        print(f"{label}: best {min(walls):.1f} s wall (--jobs {args.jobs}); load average now "
+              f"{os.getloadavg()[0]:.1f}")
     return 0
 
 

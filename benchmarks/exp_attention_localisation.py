@@ -7,7 +7,7 @@ distractor, against chance, over seeds.
 
 The papers draw attention maps over photographs and find them on the object (CaiT its class
 attention, the ViT paper its attention rollout).  Here it is measured.  The data is the
-trainer's ``digits_in_clutter`` (``vit_scratch.clutter.TRAINER_SET``): 24×24 canvases, each
+trainer's ``digits_in_clutter`` (``vit_scratch.data.clutter.TRAINER_SET``): 24×24 canvases, each
 with a digit (the label) and a digit of another class at half the contrast, both on the 4-pixel
 patch grid, over faint noise; 8,000 training canvases (a tenth held out for validation) and
 2,000 test canvases drawn from digits no training canvas shows.  The true digit's box covers 4
@@ -64,7 +64,7 @@ def test_world(model, seed: int, n: int = N_MEASURE):
     model, labels, true boxes, distractor boxes."""
     import torch
 
-    from vit_scratch.clutter import trainer_worlds
+    from vit_scratch.data.clutter import trainer_worlds
     from vit_scratch.data import to_model_input
 
     size = model.pretrained_cfg["input_size"][-1]

@@ -149,7 +149,7 @@ def class_token_model(placement: str):
 def class_token_data(seed: int):
     import torch
 
-    from vit_scratch.clutter import digits_in_clutter
+    from vit_scratch.data.clutter import digits_in_clutter
 
     sizes = CLASS_TOKEN_SIZES
 

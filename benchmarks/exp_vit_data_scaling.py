@@ -9,7 +9,7 @@ The ViT paper's central finding (Dosovitskiy et al., "An Image is Worth 16x16 Wo
 that nearby pixels belong together and that a pattern means the same wherever it is; as the
 pre-training data grows the ViT catches up and then passes it.  Here, in miniature: one 8×8
 digit anywhere on a 16×16 canvas with two fragments of other digits as clutter
-(``vit_scratch.clutter``), and training sets of 500 to 8,000 canvases.  The test set is the same
+(``vit_scratch.data.clutter``), and training sets of 500 to 8,000 canvases.  The test set is the same
 2,000 canvases for every run, drawn from digits no training canvas shows.
 
 * **ViT**: ``vit_digits`` at 16×16 in 4×4 patches (a 4×4 grid of tokens, 64 channels, 4 blocks).
@@ -68,7 +68,7 @@ def small_cnn():
 
 
 def world(n: int, pool: str, seed: int):
-    from vit_scratch.clutter import digits_in_clutter
+    from vit_scratch.data.clutter import digits_in_clutter
 
     return digits_in_clutter(n, pool=pool, seed=seed, **WORLD)
 

@@ -1,15 +1,23 @@
 """MkDocs hooks that make the repository itself the course site (see mkdocs.yml).
 
-* Pages, in path order: README.md (the home page), the notebooks (01, 02, ...), then docs/*.md.
-  They are read where they are; nothing is copied into docs/ by hand.
-* Files a page links to (an exercise file, LICENSE, a figure) are carried along, so every link
-  of the site resolves. The instructors' folders ``exercises/solutions/`` and
-  ``exercises/hidden/`` never are: a page that links into them fails the build.
+* Pages, in path order: README.md (the home page), the notebooks (01, 02, ...), the exercises,
+  then docs/*.md. They are read where they are; nothing is copied into docs/ by hand.
+* Each learner's exercise file, ``exercises/exNN_<topic>.py``, gets a page made from it: its
+  docstrings and its stub, rendered (docs/exercise_pages.py). A link to the file, on any page,
+  goes to that page, which offers the file itself for download.
+* Files a page links to (LICENSE, a figure, a test) are carried along, so every link of the
+  site resolves. The instructors' folders (``exercises/solutions/``, ``exercises/hidden/``,
+  ``exercises/grader/``) never are: a page that links into them fails the build.
 * Notebook pages are HTML made by nbconvert, which MkDocs does not rewrite: their links to ``.md``
   and ``.ipynb`` files are pointed at the pages here, a link to nothing fails the build, and the
   table of contents is made from the headings' own anchors.
 * Maths: MathJax is served from the site itself (the copy that the ``jupyter-server-mathjax``
-  package installs), so formulas render offline too.
+  package installs), so formulas render offline too. That copy holds only the STIX-Web fonts;
+  docs/site_assets/mathjax_site.js, loaded after MathJax's combined configuration, makes every
+  page draw with them.
+* docs/site_assets/extra.css: notebook pages and wide tables at phone width. The cells of a
+  table whose rows hold prose are labelled with their column's name (``data-label``), so that a
+  phone shows such a table one row at a time instead of cutting it off at the screen's edge.
 """
 from __future__ import annotations
 
@@ -18,6 +26,7 @@ import logging
 import posixpath
 import re
 import sys
+from html import escape
 from pathlib import Path
 
 from mkdocs.plugins import event_priority
@@ -26,14 +35,19 @@ from mkdocs.structure.toc import get_toc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import doccheck  # noqa: E402
+import exercise_pages  # noqa: E402
 
 ROOT = doccheck.ROOT
 log = logging.getLogger("mkdocs.hooks.site")
 # docs pages in reading order after the notebooks; any other docs/*.md follows alphabetically
 DOCS_ORDER = ["glossary", "library", "training", "results", "speed", "instructors", "maintainers"]
-NEVER_PUBLISHED = ("exercises/solutions", "exercises/hidden")
+NEVER_PUBLISHED = ("exercises/solutions", "exercises/hidden", "exercises/grader")
 MATHJAX_DIR = "assets/mathjax"
-MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"
+# MathJax's combined configuration, then the site's own (docs/site_assets/mathjax_site.js, served
+# as MATHJAX_DIR/config/site.js): the fonts the served copy holds
+MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe,site"
+SITE_ASSETS = {"docs/site_assets/mathjax_site.js": f"{MATHJAX_DIR}/config/site.js",
+               "docs/site_assets/extra.css": "assets/extra.css"}  # mkdocs.yml: extra_css
 
 
 def page_sources() -> list[str]:
@@ -47,7 +61,10 @@ def page_sources() -> list[str]:
 def on_config(config):
     notebooks = [p for p in page_sources() if p.endswith(".ipynb")]
     docs = [p for p in page_sources() if p.startswith("docs/")]
-    config["nav"] = [{"Start here": "README.md"}, {"Notebooks": notebooks}, {"Reference": docs}]
+    exercises = [{exercise_pages.nav_title(stub): exercise_pages.page_uri(stub)}
+                 for stub in exercise_pages.stub_files()]
+    config["nav"] = [{"Start here": "README.md"}, {"Notebooks": notebooks},
+                     {"Exercises": exercises}, {"Reference": docs}]
     # every notebook page sits in notebooks/, one level below the site's root
     assert all(posixpath.dirname(p) == "notebooks" for p in notebooks)
     config.plugins["mkdocs-jupyter"].config["custom_mathjax_url"] = (
@@ -96,10 +113,15 @@ def on_files(files: Files, config) -> Files:
     sources = page_sources()
     figures = [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "docs/figures").glob("*"))
                if p.is_file()]
+    stubs = exercise_pages.stub_files()
+    exercises = [File.generated(config, exercise_pages.page_uri(stub),
+                                content=exercise_pages.exercise_page(stub),
+                                inclusion=InclusionLevel.INCLUDED) for stub in stubs]
     mathjax = _mathjax_root()
     theme = [file for file in files if file.src_dir != config["docs_dir"]]  # the theme's assets
-    return Files(theme + [add(p, ROOT) for p in sources + figures]
-                 + [add(p, ROOT) for p in sorted(linked_files(sources) - set(figures))]
+    return Files(theme + [add(p, ROOT) for p in sources + figures + stubs] + exercises
+                 + [add(p, ROOT) for p in sorted(linked_files(sources) - set(figures + stubs))]
+                 + [add(src, ROOT, dest) for src, dest in SITE_ASSETS.items()]
                  + [add(p.relative_to(mathjax).as_posix(), mathjax,
                         f"{MATHJAX_DIR}/{p.relative_to(mathjax).as_posix()}")
                     for p in sorted(mathjax.rglob("*")) if p.is_file()])
@@ -133,11 +155,18 @@ def on_post_build(config):
 
 
 def on_page_content(html: str, page, config, files: Files) -> str:
-    """Notebook pages: links to ``.md``/``.ipynb`` files go to their pages; none may dangle."""
-    if not page.file.src_uri.endswith(".ipynb"):
-        return html
-    base = posixpath.dirname(page.file.src_uri)
+    """Every page: a link to an exercise file goes to the exercise's page, and tables whose rows
+    hold prose are labelled. Notebook pages: links to ``.md``/``.ipynb`` files go to their
+    pages, and none may dangle."""
+    notebook = page.file.src_uri.endswith(".ipynb")
+    # a notebook's links are relative to its source; MkDocs has made a Markdown page's links
+    # relative to the page's own address
+    base = posixpath.dirname(page.file.src_uri if notebook else page.file.url)
     by_url = {file.dest_uri: file for file in files}
+    exercise_page = {stub: files.get_file_from_path(exercise_pages.page_uri(stub))
+                     for stub in exercise_pages.stub_files()}
+    if page.file in exercise_page.values():
+        exercise_page = {}  # an exercise's own page offers its file for download
 
     def rewrite(match: re.Match) -> str:
         attribute, quote, target = match.group(1), match.group(2), match.group(3)
@@ -146,7 +175,12 @@ def on_page_content(html: str, page, config, files: Files) -> str:
         target, _, query = target.partition("?")
         path, _, anchor = target.partition("#")
         src_uri = posixpath.normpath(posixpath.join(base, path))
-        file = files.get_file_from_path(src_uri) or by_url.get(src_uri)
+        if src_uri in exercise_page and attribute == "href":
+            file = exercise_page[src_uri]
+        elif not notebook:
+            return match.group(0)
+        else:
+            file = files.get_file_from_path(src_uri) or by_url.get(src_uri)
         if file is None:
             log.warning(f"{page.file.src_uri}: link to {target!r}: not a file of the site")
             return match.group(0)
@@ -154,9 +188,39 @@ def on_page_content(html: str, page, config, files: Files) -> str:
                + (f"#{anchor}" if anchor else ""))
         return f"{attribute}={quote}{url}{quote}"
 
-    html = re.sub(r"""\b(href|src)=(["'])([^"']+)\2""", rewrite, html)
+    html = _label_table_cells(re.sub(r"""\b(href|src)=(["'])([^"']+)\2""", rewrite, html))
+    if not notebook:
+        return html
     page.toc = _toc_from_headings(html)
     return _share_css(html, page.file.url)
+
+
+PROSE_ROW = 100  # characters of text in a table's longest row from which it reads as prose
+
+
+def _label_table_cells(html: str) -> str:
+    """Each cell of a table of three or more columns whose rows hold prose gets its column's
+    name (``data-label``), and the table ``data-layout="rows"``: on a phone, extra.css shows it
+    one row at a time. Tables of numbers stay tables, and scroll sideways where they must."""
+    def text(fragment: str) -> str:
+        return " ".join(re.sub(r"<[^>]+>", " ", fragment).split())
+
+    def label(match: re.Match) -> str:
+        table = match.group(0)
+        names = [text(th) for th in re.findall(r"<th\b[^>]*>(.*?)</th>", table, flags=re.S)]
+        rows = [text(row) for row in re.findall(r"<tr\b[^>]*>(.*?)</tr>", table, flags=re.S)]
+        if len(names) < 3 or max(map(len, rows), default=0) < PROSE_ROW:
+            return table
+
+        def row(match: re.Match) -> str:
+            column = iter(names)
+            return re.sub(r"<td\b", lambda td: f'<td data-label="{escape(next(column, ""))}"',
+                          match.group(0))
+
+        table = re.sub(r"<tr\b[^>]*>.*?</tr>", row, table, flags=re.S)
+        return table.replace("<table", '<table data-layout="rows"', 1)
+
+    return re.sub(r"<table\b[^>]*>.*?</table>", label, html, flags=re.S)
 
 
 def _toc_from_headings(html: str):

@@ -42,7 +42,7 @@ def _fmt(value, digits: int = 4) -> str:
 
 def type_name(value) -> str:
     """What the learner returned, in words ('a list', 'an Opaque' becomes its own type name)."""
-    name = getattr(value, "type_name", None)          # an output that did not travel (runner.Opaque)
+    name = getattr(value, "type_name", None)          # an output that did not travel (wire.Opaque)
     return name if isinstance(name, str) else type(value).__name__
 
 
@@ -141,7 +141,8 @@ def equal(got, expected, what: str, mistakes=()) -> None:
         if _same(got, wrong) and not _same(got, expected):
             raise _mistake(what, message)
     if not _same(got, expected):
-        shown = repr(got) if isinstance(got, (int, float, bool, str, tuple, list, type(None))) else type_name(got)
+        plain = isinstance(got, (int, float, bool, str, tuple, list, type(None))) and not hasattr(got, "type_name")
+        shown = repr(got) if plain else type_name(got)
         raise Fail(f"{what}: expected {expected!r}, got {shown[:120]}")
 
 

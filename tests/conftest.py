@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 #: Test files that share one session-wide fixture, run in the same process: the grader's single
-#: run over every submission (``exercises/hidden/proof.py``) serves both.
+#: run over every submission (``exercises/grader/fixtures/proof.py``) serves both.
 SAME_PROCESS = {"tests/test_exercises.py": "grader", "tests/test_grader_security.py": "grader"}
 
 

@@ -10,6 +10,7 @@ rounding noise in both frameworks).  <= 1e-9 in float64, <= 1e-4 in float32.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -25,6 +26,7 @@ from vit_scratch.numpy_nn import (attention, class_attention, coat, conv_positio
                                   training, vit)
 from vit_scratch.numpy_nn.backprop import Cache, alias_keys, trainable_params
 from vit_scratch.numpy_nn.layers import sub_params
+from vit_scratch.specs.coat import unused_keys
 
 TOL = {np.float64: 1e-9, np.float32: 1e-4}
 TORCH_DTYPE = {np.float64: torch.float64, np.float32: torch.float32}
@@ -685,16 +687,20 @@ def test_block_gradients_match_finite_differences(name):
 # --- whole models -------------------------------------------------------------------------------
 
 MODEL_CASES = [(n, {}) for n in DIGITS] + [("cait_digits", {"class_token_in_keys": False}),
-                                           ("coat_digits", {"parallel_mode": "cross_attention"})]
+                                           ("coat_digits", {"parallel_mode": "cross_attention"}),
+                                           ("coat_lite_digits", {"serial_depths": (1, 0, 1, 1)}),
+                                           ("coat_digits", {"serial_depths": (0, 1, 0, 1)})]
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["fp64", "fp32"])
 @pytest.mark.parametrize("name, kwargs", MODEL_CASES,
                          ids=[n + "".join(f"-{v}" for v in kw.values()) for n, kw in MODEL_CASES])
 def test_model_gradients_match_autograd(name, kwargs, dtype):
-    """Every ``*_digits`` model (and the variants of CaiT's keys and CoaT's parallel block):
-    the gradient of the label-smoothed cross-entropy with respect to every parameter (under
-    its canonical state_dict key; shared tensors summed over their uses) and the images."""
+    """Every ``*_digits`` model (and the variants of CaiT's keys and CoaT's parallel block, and
+    CoaT scales without serial blocks): the gradient of the label-smoothed cross-entropy with
+    respect to every parameter (under its canonical state_dict key; shared tensors summed over
+    their uses) and the images.  A parameter no forward uses (the CPE and CRPE of a scale
+    without blocks, unless parallel blocks run them) has no gradient in either room."""
     torch.manual_seed(0)
     model = vit_scratch.create_model(name, **kwargs).to(TORCH_DTYPE[dtype]).eval()
     vit_scratch.randomize_weights_(model, seed=3)
@@ -705,7 +711,10 @@ def test_model_gradients_match_autograd(name, kwargs, dtype):
     labels = np.array([1, 7, 3])
     x = torch.tensor(images, requires_grad=True)
     F.cross_entropy(model(x), torch.from_numpy(labels), label_smoothing=0.1).backward()
-    ref = {k: p.grad.numpy() for k, p in model.named_parameters()}
+    ref = {k: p.grad.numpy() for k, p in model.named_parameters() if p.grad is not None}
+    idle = {k for k, p in model.named_parameters() if p.grad is None}
+    assert idle == (unused_keys(cfg) if "serial_depths" in kwargs else set())
+    assert not ("serial_depths" in kwargs) or idle  # the case tests what it is named for
     ref["images"] = x.grad.numpy()
 
     np_model = vit_scratch.create_numpy_model(
@@ -716,7 +725,7 @@ def test_model_gradients_match_autograd(name, kwargs, dtype):
     loss, c_loss = layers.cross_entropy_forward(logits, labels, 0.1)
     dimages, grads = np_model.backward(layers.cross_entropy_backward(1.0, c_loss), cache)
     grads["images"] = dimages
-    assert list(grads) == [k for k, _ in model.named_parameters()] + ["images"]
+    assert list(grads) == [k for k, _ in model.named_parameters() if k not in idle] + ["images"]
     errors = rel_errors(grads, ref)
     worst = max(errors, key=errors.get)
     assert errors[worst] <= TOL[dtype], (worst, errors[worst])
@@ -849,6 +858,27 @@ def test_optimizer_refuses_mixed_dtypes_and_read_only_arrays():
     opt = training.AdamW({"w": np.ones((2, 2))})
     with pytest.raises(ValueError, match=r"the gradient of w has shape \(2, 2\) \(float32\)"):
         opt.step({"w": np.ones((2, 2), dtype=np.float32)})
+
+
+@pytest.mark.parametrize("lr", [float("nan"), float("inf"), -1e-3, "1e-3"])
+def test_a_bad_learning_rate_is_refused_before_any_update(lr):
+    """The constructor refuses these rates; ``AdamW.step`` and ``train_step`` do as well (without
+    the check, NaN and inf turn every weight into NaN, and a negative rate climbs the loss)."""
+    _, sd = digits_params("vit_digits")
+    np_model = vit_scratch.create_numpy_model("vit_digits", {k: v.copy() for k, v in sd.items()})
+    opt = training.AdamW(trainable_params(np_model))
+    before = {k: v.copy() for k, v in np_model.params.items()}
+    images, labels = np.zeros((2, 1, 24, 24)), np.array([0, 1])
+    message = re.escape(f"lr must be a finite number >= 0, got {lr!r}")
+    with pytest.raises(ValueError, match=message):
+        training.train_step(np_model, opt, images, labels, lr)
+    _, grads, _ = training.loss_and_grads(np_model, images, labels)
+    with pytest.raises(ValueError, match=message):
+        opt.step(grads, lr)
+    with pytest.raises(ValueError, match=message):
+        training.AdamW(trainable_params(np_model), lr=lr)
+    assert opt.steps == 0
+    assert all(np.array_equal(v, before[k]) for k, v in np_model.params.items())
 
 
 def test_nan_loss_stops_with_the_step_number_before_the_update():

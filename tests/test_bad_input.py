@@ -436,6 +436,8 @@ def test_coat_images_same_message_in_both_rooms():
     np_model = numpy_twin(model)
     for shape, match in [((1, 1, 12, 8), "image size \\(12, 8\\) is not divisible by the model's "
                                           "total stride 8 \\(patch_size 1 × 2 × 2 × 2\\)"),
+                         ((1, 1, 8, 12), "image size \\(8, 12\\) is not divisible by the model's "
+                                          "total stride 8 \\(patch_size 1 × 2 × 2 × 2\\)"),
                          ((1, 3, 8, 8), "images have 3 channels but the model expects in_chans=1"),
                          ((1, 8, 8), "images must have shape \\(B, C, H, W\\)")]:
         with pytest.raises(ValueError, match=match):
@@ -446,6 +448,34 @@ def test_coat_images_same_message_in_both_rooms():
         with pytest.raises(ValueError, match="view must be one of"):
             m.get_attention_maps(np.zeros((1, 1, 8, 8)) if m is np_model else torch.zeros(1, 1, 8, 8,
                                  dtype=torch.float64), view="heads")
+
+
+@pytest.mark.parametrize("name, size, message", [
+    ("coat_digits", (8, 12), "img_size (8, 12) is not divisible by the model's total stride 8"),
+    ("coat_digits", (12, 8), "img_size (12, 8) is not divisible by the model's total stride 8"),
+    ("cait_digits", (24, 20), "image size (24, 20) is not divisible by patch size 6"),
+    ("vit_digits", (20, 24), "image size (20, 24) is not divisible by patch size 6"),
+])
+def test_a_size_bad_in_one_side_only_is_refused_in_both_rooms(name, size, message):
+    """Each side is checked against the stride: a width that does not tile would be cropped
+    silently by the strided convolutions (PyTorch) and fail deep in a reshape (NumPy)."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        vit_scratch.create_model(name, img_size=size)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        vit_scratch.get_config(name, img_size=size)
+
+
+def test_a_coat_model_refuses_a_width_off_the_stride_at_call_time():
+    """CoaT takes any multiple of its stride at call time: a height that fits and a width that
+    does not is refused in both rooms, not cropped."""
+    model = float64_model("coat_digits")
+    np_model = numpy_twin(model)
+    message = re.escape("image size (16, 20) is not divisible by the model's total stride 8")
+    with pytest.raises(ValueError, match=message):
+        model(torch.zeros(1, 1, 16, 20, dtype=torch.float64))
+    with pytest.raises(ValueError, match=message):
+        np_model(np.zeros((1, 1, 16, 20)))
+    assert model(torch.zeros(1, 1, 16, 24, dtype=torch.float64)).shape == (1, 10)
 
 
 # --- NumPy params ----------------------------------------------------------------------------------
@@ -627,15 +657,24 @@ def test_torch_attention_functions_name_wrong_shapes():
         t_attn.scaled_dot_product_attention(q, q, q, mask=torch.ones(5, 5, dtype=torch.long))
 
 
-def test_numpy_attention_with_an_empty_batch():
+@pytest.mark.parametrize("mask", [None, "bool", "additive"])
+def test_attention_with_an_empty_batch_in_both_rooms(mask):
+    """A batch of 0 gives empty outputs of the right shapes, with or without a mask, in both
+    rooms (no reduction over an empty axis, no shape error)."""
     x = np.zeros((0, 5, 12), np.float32)
     w, b = np.ones((12, 12), np.float32), np.ones(12, np.float32)
+    m = {None: None, "bool": np.tril(np.ones((5, 5), bool)),
+         "additive": np.zeros((5, 5), np.float32)}[mask]
     out, attn = np_attn.multi_head_attention(x, np.ones((36, 12), np.float32), None, w, b, 3,
-                                             return_attention=True)
+                                             mask=m, return_attention=True)
     assert out.shape == (0, 5, 12) and attn.shape == (0, 3, 5, 5)
-    from vit_scratch.numpy_nn import class_attention as np_ca
-
     assert np_ca.class_attention(x, w, None, w, None, w, None, w, b, 3).shape == (0, 1, 12)
+    layer = t_attn.Attention(12, 3)
+    with torch.no_grad():
+        t_out, t_attn_w = layer(torch.from_numpy(x), mask=None if m is None else
+                                torch.from_numpy(m), return_attention=True)
+        assert t_out.shape == (0, 5, 12) and t_attn_w.shape == (0, 3, 5, 5)
+        assert pt_ca.ClassAttention(12, 3)(torch.from_numpy(x)).shape == (0, 1, 12)
 
 
 def test_softmax_of_an_empty_axis_and_into_an_integer_array():

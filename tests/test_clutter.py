@@ -1,11 +1,11 @@
-"""Digits in clutter (vit_scratch.clutter): deterministic from a seed, balanced, a box around
+"""Digits in clutter (vit_scratch.data.clutter): deterministic from a seed, balanced, a box around
 every true digit, distractors that never cover it, and knobs that do what they say."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from vit_scratch.clutter import TRAINER_SET, box_mask, digit_pool, digits_in_clutter
+from vit_scratch.data.clutter import TRAINER_SET, box_mask, digit_pool, digits_in_clutter
 
 
 def test_the_same_arguments_give_the_same_canvases_and_a_new_seed_others():

@@ -2,8 +2,8 @@
 (solutions full marks, stubs zero, every mutant loses points and hears why, bad submissions get
 a clear zero), the loop count, and the release.
 
-The grader runs ONCE for the whole session (``exercises/hidden/proof.py``): this file and
-``test_grader_security.py`` (the attacks) read the same report. The tests that need the
+The grader runs ONCE for the whole session (``exercises/grader/fixtures/proof.py``): this file
+and ``test_grader_security.py`` (the attacks) read the same report. The tests that need the
 solutions or the hidden tests are skipped in a student copy (which has neither).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from exercises import check as check_cli
-from exercises.release import BEGIN, END, ReleaseError, make_stub, release, repository_files, solution_regions
+from exercises.grader.release import BEGIN, END, ReleaseError, make_stub, release, repository_files, solution_regions
 from exercises.visible_checks import CHECKS, run_check
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,8 +28,17 @@ SOLUTIONS = EXERCISES / "solutions"
 # In a student copy there are no solutions, and exercises/ holds the learner's work in progress:
 # the tests of the stubs and of the release only run in the instructors' repository.
 needs_solutions = pytest.mark.skipif(not SOLUTIONS.is_dir(), reason="a student copy has no solutions")
-needs_hidden = pytest.mark.skipif(not (EXERCISES / "hidden" / "__init__.py").is_file(),
+needs_hidden = pytest.mark.skipif(not (EXERCISES / "grader" / "hidden" / "__init__.py").is_file(),
                                   reason="a student copy has no hidden tests")
+
+
+def _sandbox_problem():
+    from exercises.grader.bubblewrap import detect
+
+    return detect()["problem"]
+
+
+needs_sandbox = pytest.mark.skipif(_sandbox_problem() is not None, reason=f"no sandbox here: {_sandbox_problem()}")
 
 # The fixed exercise index (the notebooks link these names).
 INDEX = {
@@ -105,7 +114,7 @@ def test_check_command_output_is_short_and_friendly(capsys):
 def test_stubs_are_generated_from_the_solutions(module):
     master = (SOLUTIONS / f"{module}.py").read_text()
     assert (EXERCISES / f"{module}.py").read_text() == make_stub(master), (
-        f"exercises/{module}.py is out of date: regenerate it with exercises.release.make_stub")
+        f"exercises/{module}.py is out of date: regenerate it with exercises.grader.release.make_stub")
     regions = solution_regions(master)
     ids = set()
     tree = ast.parse(master)
@@ -127,7 +136,7 @@ def test_visible_checks_pass_on_the_solutions(ex_id):
 def _mutant_module(name):
     import types
 
-    from exercises.hidden.mutants import MUTANTS
+    from exercises.grader.fixtures.mutants import MUTANTS
 
     mutant = next(m for m in MUTANTS if m.name == name)
     module = types.ModuleType(mutant.module)
@@ -160,7 +169,8 @@ def test_a_recognised_mistake_is_named_and_no_other_hint_is_given():
 def test_release_writes_a_student_copy_without_solutions(tmp_path):
     out = tmp_path / "student"
     summary = release(out)
-    assert not (out / "exercises" / "solutions").exists() and not (out / "exercises" / "hidden").exists()
+    for left_out in ("solutions", "grader/hidden", "grader/fixtures"):
+        assert not (out / "exercises" / left_out).exists(), left_out
     for module in INDEX:                                     # the exercise files are the stubs
         assert (out / "exercises" / f"{module}.py").read_text() == (EXERCISES / f"{module}.py").read_text()
     assert (out / "vit_scratch" / "__init__.py").read_bytes() == (ROOT / "vit_scratch" / "__init__.py").read_bytes()
@@ -201,8 +211,6 @@ def test_release_writes_a_student_copy_without_solutions(tmp_path):
 
 @needs_solutions
 def test_release_refuses_a_non_empty_folder_and_a_folder_inside_the_repository(tmp_path):
-    from exercises.release import ReleaseError
-
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "file").write_text("mine")
     with pytest.raises(ReleaseError, match="not empty"):
@@ -260,8 +268,8 @@ def _plant_archive(repo):
     import tarfile
 
     with tarfile.open(repo / "backup.tgz", "w:gz") as tar:
-        tar.add(repo / "exercises" / "hidden", arcname="exercises/hidden")
-    return "backup.tgz holds exercises/hidden/"
+        tar.add(repo / "exercises" / "grader" / "hidden", arcname="exercises/grader/hidden")
+    return "backup.tgz holds exercises/grader/hidden/"
 
 
 def _plant_other_encoding(repo):
@@ -288,19 +296,19 @@ def test_release_refuses_a_planted_leak_and_names_the_file(tmp_path, plant):
     assert expected in str(err.value)
 
 
-# ---- the grader's verdicts (one grader run, exercises/hidden/proof.py) ---------------------------
+# ---- the grader's verdicts (one grader run, exercises/grader/fixtures/proof.py) -------------------
 
-if (EXERCISES / "hidden" / "__init__.py").is_file() and SOLUTIONS.is_dir():
-    from exercises.hidden.mutants import MUTANTS
+if (EXERCISES / "grader" / "hidden" / "__init__.py").is_file() and SOLUTIONS.is_dir():
+    from exercises.grader.fixtures.mutants import MUTANTS
 else:  # a student copy
     MUTANTS = []
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    from exercises.hidden.proof import graded
+    from exercises.grader.fixtures.proof import graded
 
-    result = graded(tmp_path_factory.mktemp("grading"))
+    result = graded(tmp_path_factory.mktemp("grading"))     # without a sandbox: --trust-submissions
     assert result["returncode"] == 0, result["stdout"][-2000:] + result["stderr"][-3000:]
     return result
 
@@ -337,20 +345,25 @@ def test_every_mutant_loses_points_and_hears_why(graded, mutant):
     ex = next(rep for what, rep in _reports(graded, "mutant") if what is mutant)["exercises"][0]
     assert ex["id"] == mutant.exercise and ex["status"] == "graded", ex
     assert ex["score"] < ex["max_score"], f"{mutant.name} scored full marks"
-    assert mutant.expect in ex["feedback"], ex["feedback"]
+    if mutant.part is None:
+        assert mutant.expect in ex["feedback"], ex["feedback"]
+    else:
+        part = next(p for p in ex["parts"] if p["name"] == mutant.part)
+        assert part["status"] == "failed" and mutant.expect in part["message"], part
 
 
 @needs_hidden
 @needs_solutions
 def test_a_bad_submission_gets_a_clear_zero_and_grading_goes_on(graded):
     """A folder that does not exist, an empty one, a notebook, a file that does not parse, a
-    missing package, a file that is not UTF-8, a symbolic link; and the code notebooks 07 and 08
-    show, pasted as 7.2 and 8.1, does not earn full marks (those exercises ask for more)."""
+    missing package, a file that is not UTF-8, a symbolic link, too many or too large helper
+    files; and the code notebooks 07 and 08 show, pasted as 7.2 and 8.1, does not earn full
+    marks (those exercises ask for more)."""
     cases = _reports(graded, "bad")
     names = {name for (name, _), _ in cases}
     assert {"a folder that does not exist", "an empty folder", "a notebook instead of a .py file",
             "a file that does not parse", "a missing package", "a file that is not UTF-8",
-            "a symbolic link"} <= names
+            "a symbolic link", "65 helper files (more than 64)", "5 helper files of 1 MiB (more than 4 MiB in all)"} <= names
     for (name, phrase), report in cases:
         (ex,) = report["exercises"]
         assert ex["score"] < ex["max_score"], (name, ex)
@@ -361,31 +374,16 @@ def test_a_bad_submission_gets_a_clear_zero_and_grading_goes_on(graded):
 def test_the_loop_check_counts_python_steps_not_time():
     """A loop over tokens is seen at any machine speed: counts are exact and repeatable, and
     only the submission's own code is counted (not NumPy's)."""
-    import sys
-
     import numpy as np
 
-    from exercises.runner import make_rules
+    from exercises.grader.sandbox.guard import count_steps
 
-    rules = make_rules(forbid=(), allow=(), tables={}, trusted_dirs=(os.path.dirname(np.__file__),),
-                       own_codes={}, send_dq=lambda *a: None, exit_now=lambda *a: None, hidden_dirs=(),
-                       protocol_fds=())
     source = "def looped(x):\n    return np.stack([row * 2 for row in x])\n\ndef vectorized(x):\n    return x * 2\n"
-    code = compile(source, "<submission>/mine.py", "exec")
-    rules["add_learner_code"](code)
     ns = {"np": np}
-    exec(code, ns)
+    exec(compile(source, "/submission/mine.py", "exec"), ns)
 
     def steps(fn, x):
-        previous = sys.gettrace()
-        sys.settrace(rules["trace"])
-        rules["count_start"]()
-        try:
-            fn(x)
-        finally:
-            n = rules["count_stop"]()
-            sys.settrace(previous)
-        return n
+        return count_steps(lambda: fn(x), learner_dirs=("/submission/",), trusted_dirs=(os.path.dirname(np.__file__), os.path.dirname(__file__)))
 
     small, large = np.zeros((3, 4)), np.zeros((19, 4))
     assert steps(ns["vectorized"], small) == steps(ns["vectorized"], large) > 0
@@ -414,6 +412,7 @@ def test_bad_options_are_refused_before_anything_runs(args, message):
 
 @needs_hidden
 @needs_solutions
+@needs_sandbox
 def test_the_command_line_grader(tmp_path):
     """The documented command: a table on stdout, the JSON report, exit status 0."""
     submission = tmp_path / "exercises"
@@ -435,6 +434,6 @@ def test_the_command_line_grader(tmp_path):
 def test_the_manifest_matches_the_hidden_tests_and_the_grader():
     """The grader refuses to grade when these files differ from the manifest: after editing
     them, record them with ``python -m exercises.grade --update-manifest``."""
-    from exercises.grade import manifest_problems
+    from exercises.grader.integrity import bytecode_problems, manifest_problems
 
-    assert manifest_problems() == []
+    assert manifest_problems() == [] and bytecode_problems() == []

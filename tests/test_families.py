@@ -181,6 +181,63 @@ def test_dropout_and_drop_path_act_in_training_only(name):
     assert torch.equal(model(x), model(x))  # deterministic in eval
 
 
+def test_coat_head_dropout_alone_acts_on_the_pooled_features():
+    """``drop_rate`` alone (no stochastic depth, no projection dropout): the features are the
+    same in training and eval, and the pooled features are dropped (zeros, the rest scaled by
+    1/(1-p)) before the head, in training only."""
+    model = _small_model("coat_digits", drop_rate=0.5, drop_path_rate=0.0, proj_drop_rate=0.0)
+    vit_scratch.randomize_weights_(model, seed=2)
+    x = torch.randn(4, 1, 16, 16, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        pooled = model.eval().forward_head(model.forward_features(x), pre_logits=True)
+        model.train()
+        torch.manual_seed(1)
+        features = model.forward_features(x)
+        assert max_abs_diff(model.pool(features), pooled) < 1e-6  # nothing random before
+        dropped = model.forward_head(features, pre_logits=True)
+        logits_a, logits_b = model(x), model(x)
+    zero = dropped == 0
+    assert 0.3 < zero.float().mean().item() < 0.7
+    torch.testing.assert_close(dropped[~zero], pooled[~zero] / 0.5)
+    assert max_abs_diff(logits_a, logits_b) > 1e-4
+    assert torch.equal(model.eval()(x), model(x))
+
+
+def test_coat_parallel_block_drop_path_alone(rng):
+    """Stochastic depth in a parallel block alone (no dropout): in training, whole samples'
+    branches are dropped -- two draws differ, eval is deterministic -- and the NumPy room's
+    parallel block with the same per-sample factors gives the same output."""
+    from vit_scratch.numpy_nn import coscale as np_coscale
+
+    model = float64_model("coat_digits", drop_path_rate=0.5, img_size=16)
+    block, sizes = model.parallel_blocks[0], [(8, 8), (4, 4), (2, 2)]
+    xs = [torch.from_numpy(rng.standard_normal((6, 1 + h * w, 64))) for h, w in sizes]
+    with torch.no_grad():
+        torch.manual_seed(0)
+        a = block.train()(xs, sizes)
+        b = block(xs, sizes)
+        assert max_abs_diff(a, b) > 1e-6
+        assert max_abs_diff(block.eval()(xs, sizes), block.eval()(xs, sizes)) == 0.0
+    masks = [(np.array([0, 2, 2, 0, 2, 0.0]), np.array([2, 0, 2, 0, 0, 2.0])) for _ in range(3)]
+
+    class Fixed(nn.Module):  # DropPath with the factors given, in the block's call order
+        def __init__(self):
+            super().__init__()
+            self.factors = [m for pair in masks for m in pair]
+
+        def forward(self, x):
+            return x * torch.from_numpy(self.factors.pop(0)).view(-1, 1, 1)
+
+    block.drop_path = Fixed()
+    with torch.no_grad():
+        expected = block(xs, sizes)
+    params = {k.removeprefix("parallel_blocks.0."): v.numpy()
+              for k, v in model.state_dict().items() if k.startswith("parallel_blocks.0.")}
+    got, _ = np_coscale.parallel_block_forward([x.numpy() for x in xs], params, sizes,
+                                               model.cfg.num_heads, drop_path_masks=masks)
+    assert max_abs_diff(got, expected) < 1e-12
+
+
 def _drop_path_output(p=0.25, shape=(4000, 3, 5), seed=0):
     torch.manual_seed(seed)
     return DropPath(p).train()(torch.ones(shape))
@@ -377,7 +434,7 @@ def test_normal_forward_keeps_the_fused_path(monkeypatch):
     def explicit(*args, **kwargs):
         raise AssertionError("explicit attention weights on the normal path")
 
-    monkeypatch.setattr(pt_ca, "attention_weights", explicit)
+    monkeypatch.setattr(pt_ca, "_attention_weights", explicit)
     with torch.no_grad():
         model(x)
     with pytest.raises(AssertionError, match="explicit"):
@@ -591,7 +648,11 @@ def test_config_round_trips_and_command_line_values():
     assert cfg.embed_dims == (16, 32, 32, 32) and cfg.crpe_window == {3: 4}
     assert hash(cfg) == hash(cfg.replace()) and cfg == cfg.replace()
     assert cfg.grid_sizes((32, 16)) == [(32, 16), (16, 8), (8, 4), (4, 2)]
-    assert isinstance(CoaTConfig().replace(parallel_depth=1, embed_dims=(8, 16, 16, 16)), CoaTConfig)
+    other = CoaTConfig().replace(parallel_depth=1, embed_dims=[8, 16, 16, 16])
+    assert (other.parallel_depth, other.embed_dims, other.is_lite) == (1, (8, 16, 16, 16), False)
+    assert other.replace() == other and other.num_heads == CoaTConfig().num_heads
+    with pytest.raises(ValueError, match="parallel_depth=1 needs equal embed_dims at scales 2-4"):
+        CoaTConfig().replace(parallel_depth=1, embed_dims=(8, 16, 32, 16))  # replace validates
 
 
 def _cross_block(seed=3):
@@ -721,7 +782,7 @@ def test_cross_attention_learns():
     the interpolation variant, same recipe: 0.44 -- it starts slower; both reach ~0.97 in full
     training runs)."""
     from vit_scratch.data import load_digits
-    from vit_scratch.train import lr_at
+    from vit_scratch.schedule import lr_at
 
     x_train, y_train, x_test, y_test = (torch.from_numpy(a) for a in load_digits())
     torch.manual_seed(0)

@@ -20,17 +20,17 @@ ROOT = PACKAGE.parent
 #: (layer, modules): a module is named by its path below ``vit_scratch`` ("numpy_nn" covers the
 #: whole room).  A new module needs a line here.
 LAYERS = (
-    (0, ("validation", "extras", "schedule")),  # checks and messages; extras; the lr curve
+    (0, ("validation", "checkpoint_checks", "extras", "schedule")),  # checks and messages;
+    # extras; the lr curve
     (1, ("specs",)),  # configs, key/shape tables, the names each family registers
     (2, ("interface",)),  # the model interface both rooms answer
     (3, ("numpy_nn", "torch_nn")),  # the two rooms; neither imports the other
     (4, ("models",)),  # the factory's table: a name -> its family's classes
-    (5, ("weights",)),  # checkpoints (they know the families through the factory's table)
-    # generated canvases; images, datasets, preprocessing; models with weights (timm's way)
-    (6, ("clutter", "data", "hub")),
+    (5, ("weight_files", "weights")),  # checkpoints (they know the families through the table)
+    (6, ("data", "hub")),  # images, datasets, preprocessing; models with weights (timm's way)
     (7, ("plotting",)),  # figures from a model's interface
-    (8, ("distributed", "run_folder", "numpy_backend")),  # torchrun; run folders; NumPy steps
-    (9, ("train",)),  # the trainer
+    (8, ("distributed", "run_folder")),  # torchrun; run folders
+    (9, ("training", "train", "numpy_backend")),  # the trainer, its command, its NumPy backend
     (10, ("evaluate", "predict")),  # the commands that use what the trainer saved
 )
 
@@ -141,6 +141,13 @@ def test_the_numpy_room_and_what_it_stands_on_never_import_torch():
         assert not any(i == "torch" or i.startswith("torch.") for i in imports), module
         todo += _internal(imports)
     assert {"vit_scratch.validation", "vit_scratch.interface"} <= seen
+
+
+def test_no_module_of_the_library_is_over_500_lines():
+    """One subject per file keeps each short enough to read whole."""
+    lengths = {str(path.relative_to(ROOT)): len(path.read_text().splitlines())
+               for path in PACKAGE.rglob("*.py")}
+    assert not {k: n for k, n in lengths.items() if n > 500}
 
 
 def test_no_module_of_the_library_imports_timm():

@@ -1,10 +1,10 @@
 """``python -m vit_scratch.train --backend numpy``: the NumPy room trains.
 
 Step equivalence: with stochastic depth and augmentation off, the same initial weights and the
-same batches, twenty steps of the NumPy trainer (``numpy_backend``: the NumPy room's backward
-passes and AdamW, ``schedule.LrSchedule``) take the PyTorch trainer's losses (``train.train_step``,
-``torch.optim.AdamW`` on ``train.param_groups``, ``train.lr_schedule``) and end at its weights,
-for a ViT, a CaiT and a CoaT-Lite.  Then whole runs: the same history and run folder as the
+same batches, twenty steps of the NumPy runner (``training.runners.NumpyRunner``: the NumPy
+room's backward passes and AdamW, ``schedule.LrSchedule``) take the PyTorch runner's losses
+(``recipe.train_step``, ``torch.optim.AdamW`` on ``recipe.param_groups``,
+``recipe.lr_schedule``) and end at its weights, for a ViT, a CaiT and a CoaT-Lite.  Then whole runs: the same history and run folder as the
 PyTorch backend, resume, a NaN stopping the run without touching the saved epoch, and the
 options the NumPy backend refuses.  Models are tiny (one block, 16 channels).
 """
@@ -19,10 +19,10 @@ import torch
 import vit_scratch
 from vit_scratch import numpy_backend
 from vit_scratch.numpy_nn import training
+from vit_scratch.training import runners
 from vit_scratch.run_folder import BEST, CHECKPOINT, METRICS, load_model, load_state
 from vit_scratch.schedule import LrSchedule, lr_at
-from vit_scratch.train import (TrainSettings, check_settings, lr_schedule, param_groups, train,
-                               train_step)
+from vit_scratch.train import TrainSettings, check_settings, train
 from vit_scratch.weights import read_state_dict
 
 TINY = {
@@ -54,35 +54,33 @@ def comparable(key: str, value: np.ndarray) -> np.ndarray | None:
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("name", list(TINY))
 def test_twenty_steps_equal_the_pytorch_trainers(name, dtype):
+    """The two runners behind the trainer's one interface (``training.runners``), on the same
+    settings, weights and batches: the same losses and learning rates step by step, and the
+    same weights after twenty steps."""
     torch.manual_seed(0)
     model = vit_scratch.create_model(name, **TINY[name]).to(dtype)
     vit_scratch.randomize_weights_(model, seed=1)
     initial = {k: v.numpy().copy() for k, v in model.state_dict().items()}
-    runner = numpy_backend.NumpyRunner(model, name, TINY[name])
-    weights = runner.model.params
+    settings = TrainSettings(model=name, model_kwargs=TINY[name], epochs=1, lr=1.5e-3,
+                             weight_decay=0.3, warmup_epochs=0.2, label_smoothing=0.1)
+    ours = runners.NumpyRunner(model, settings, STEPS)  # warm-up: round(0.2 · 20) = 4 steps
+    theirs = runners.TorchRunner(model, settings, STEPS)
+    weights = ours.model.params
     assert all(not np.shares_memory(weights[k], v.numpy()) for k, v in model.state_dict().items())
     assert all(v.dtype == model.state_dict()[k].numpy().dtype for k, v in weights.items())
-    optimizer = torch.optim.AdamW(param_groups(model, 0.3), lr=1.5e-3)
-    schedule = lr_schedule(optimizer, STEPS, 4)
-    np_optimizer = numpy_backend.NumpyAdamW(runner, 1.5e-3, 0.3)
-    np_schedule = LrSchedule(np_optimizer, STEPS, 4)
     size = model.pretrained_cfg["input_size"]
     gen = torch.Generator().manual_seed(2)
-    model.train()
-    runner.train()
+    ours.train()
+    theirs.train()
     for step in range(STEPS):
         images = torch.randn(BATCH, *size, generator=gen, dtype=dtype)
         labels = torch.randint(0, model.num_classes, (BATCH,), generator=gen)
-        lr = optimizer.param_groups[0]["lr"]
-        assert math.isclose(np_optimizer.param_groups[0]["lr"], lr, rel_tol=1e-12)
-        ours = runner.step(images, labels, np_optimizer, label_smoothing=0.1)
-        theirs = train_step(model, images, labels, optimizer, label_smoothing=0.1)
-        schedule.step()
-        np_schedule.step()
-        assert abs(ours.loss - theirs.loss) <= TOL[dtype] * abs(theirs.loss), step
-        assert abs(ours.cross_entropy - theirs.cross_entropy) <= TOL[dtype] * theirs.cross_entropy
-        assert ours.correct == theirs.correct or dtype == torch.float32
-    assert np_optimizer.adamw.steps == STEPS
+        assert math.isclose(ours.lr, theirs.lr, rel_tol=1e-12)
+        a, b = ours.step(images, labels), theirs.step(images, labels)
+        assert abs(a.loss - b.loss) <= TOL[dtype] * abs(b.loss), step
+        assert abs(a.cross_entropy - b.cross_entropy) <= TOL[dtype] * b.cross_entropy
+        assert a.correct == b.correct or dtype == torch.float32
+    assert ours.optimizer.adamw.steps == STEPS
     moved = []
     for key, value in model.state_dict().items():
         a, b = comparable(key, weights[key]), comparable(key, value.numpy())
@@ -93,15 +91,43 @@ def test_twenty_steps_equal_the_pytorch_trainers(name, dtype):
     # the comparison means something: training moved the weights (a few tensors have a zero
     # gradient, e.g. talking heads' bias before the softmax, the smallest grid's CRPE bias)
     assert np.mean(moved) > 0.8
-    runner.push(model)  # and back: the PyTorch model now holds the NumPy weights exactly
+    ours.push(model)  # and back: the PyTorch model now holds the NumPy weights exactly
     assert all(np.array_equal(v.numpy(), weights[k]) for k, v in model.state_dict().items())
 
 
-def test_schedule_is_one_function():
-    """Both trainers import one ``lr_at``; ``LrSchedule`` follows it step by step."""
-    from vit_scratch import train as torch_trainer
+def test_a_scale_without_serial_blocks_trains_in_both_rooms():
+    """A CoaT-Lite whose third scale has no serial block: its CPE and CRPE take part in no
+    forward pass, get no gradient in either room, and both runners leave them as they are while
+    the rest trains to the same weights."""
+    kwargs = {**TINY["coat_lite_digits"], "serial_depths": (1, 1, 0, 1)}
+    torch.manual_seed(0)
+    model = vit_scratch.create_model("coat_lite_digits", **kwargs).double()
+    vit_scratch.randomize_weights_(model, seed=1)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    settings = TrainSettings(model="coat_lite_digits", model_kwargs=kwargs, epochs=1, lr=1e-2,
+                             warmup_epochs=0.0)
+    ours, theirs = (runner(model, settings, 3) for runner in (runners.NumpyRunner,
+                                                              runners.TorchRunner))
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(3):
+        images = torch.randn(BATCH, 1, 8, 8, generator=gen, dtype=torch.float64)
+        labels = torch.randint(0, 10, (BATCH,), generator=gen)
+        a, b = ours.step(images, labels), theirs.step(images, labels)
+        assert abs(a.loss - b.loss) <= 1e-9 * b.loss
+    idle = {k for k in initial if k.startswith(("cpe3.", "crpe3."))}
+    assert idle and all(model.get_parameter(k).grad is None for k in idle)
+    moved = {}
+    for key, value in model.state_dict().items():
+        assert np.abs(ours.model.params[key] - value.numpy()).max() <= 1e-9, key
+        moved[key] = not torch.equal(value, initial[key])
+    assert not any(moved[k] for k in idle) and np.mean(list(moved.values())) > 0.8
 
-    assert training.lr_at is lr_at and torch_trainer.lr_at is lr_at
+
+def test_schedule_is_one_function():
+    """Both backends follow one ``lr_at``: the NumPy room's training module uses it, and
+    ``LrSchedule`` (the NumPy runner's schedule) follows it step by step (PyTorch's schedulers
+    follow it too: tests/test_training.py)."""
+    assert training.lr_at is lr_at
 
     class Opt:
         param_groups = [{"lr": 2.0}]

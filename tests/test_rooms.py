@@ -480,6 +480,15 @@ def test_cait_float64_numpy_vs_torch(rng, in_keys):
     for a, b in zip(maps, np_maps):
         assert a.shape == (2, 4, 1, 17 if in_keys else 16)
         np.testing.assert_allclose(b, a, rtol=0, atol=F64)
+    # the grids: the weights on the patches only (after the class token's, when it is a key)
+    with torch.no_grad():
+        grids = [g.numpy() for g in model.get_attention_grids(torch.from_numpy(x))]
+    np_grids = np_model.get_attention_grids(x)
+    for maps_i, g, np_g in zip(maps, grids, np_grids):
+        assert g.shape == np_g.shape == (2, 4, 4, 4)
+        np.testing.assert_allclose(np_g, g, rtol=0, atol=F64)
+        np.testing.assert_allclose(np_g.reshape(2, 4, 16), maps_i[:, :, 0, 1 if in_keys else 0:],
+                                   rtol=0, atol=F64)
 
 
 # --- CoaT: depthwise convolution, resizing, CPE, CRPE, conv-attention, blocks, models --------------

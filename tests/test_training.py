@@ -25,9 +25,10 @@ from vit_scratch.distributed import World
 from vit_scratch.run_folder import (
     BEST, CHECKPOINT, CURVES, METRICS, METRICS_CSV, SETTINGS, STATE, load_model, load_state,
 )
+from vit_scratch.schedule import lr_at
 from vit_scratch.train import (
-    TrainSettings, _Progress, build_model, build_parser, check_settings, evaluate, lr_at,
-    lr_schedule, main, param_groups, train, train_step,
+    RunProgress, TrainSettings, build_model, build_parser, check_settings, evaluate, lr_schedule,
+    main, param_groups, train, train_step,
 )
 from vit_scratch.weights import read_model_info, save_checkpoint
 
@@ -191,7 +192,7 @@ def test_best_epoch_and_patience_bookkeeping():
     """The best epoch is the highest validation accuracy, ties going to the lower validation
     loss; patience counts the epochs since, and an extended run gets its own."""
     model = vit_scratch.create_model("vit_digits", **TINY)
-    run = _Progress()
+    run = RunProgress()
     for epoch, (acc, loss) in enumerate([(0.5, 1.0), (0.7, 0.9), (0.7, 0.8), (0.7, 0.85),
                                          (0.6, 0.5)], 1):
         record = {"epoch": epoch, "val_accuracy": acc, "val_loss": loss}

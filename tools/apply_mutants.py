@@ -39,10 +39,10 @@ MUTANTS = [
      "[sincos_pos_embed_1d(cols.ravel(), embed_dim // 2, temperature),\n"
      "         sincos_pos_embed_1d(rows.ravel(), embed_dim // 2, temperature)]",
      "tests/test_rooms.py::test_sincos_2d_axis_order_on_a_non_square_grid"),
-    ("{'state_dict': ...} not unwrapped", "vit_scratch/weights.py",
+    ("{'state_dict': ...} not unwrapped", "vit_scratch/weight_files.py",
      'for key in ("model", "state_dict"):', 'for key in ("model",):',
      "tests/test_checkpoints.py::test_state_dict_wrapper_is_unwrapped"),
-    ("mask with more dims broadcast silently", "vit_scratch/validation.py",
+    ("mask with more dims broadcast silently", "vit_scratch/validation/arrays.py",
      "ok = len(mask_shape) <= len(scores_shape) and all(", "ok = all(",
      "tests/test_bad_input.py::test_mask_with_more_dimensions_than_the_scores_is_refused"),
 ]

@@ -22,7 +22,7 @@ import importlib
 from .hub import create_model, create_numpy_model
 from .models import get_config, get_pretrained_cfg, list_models
 from .specs.vit import ViTConfig
-from .validation import CheckpointError
+from .checkpoint_checks import CheckpointError
 
 __version__ = "0.1.0"
 

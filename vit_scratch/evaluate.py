@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +31,6 @@ import torch
 from . import run_folder
 from .data import DATASETS, image_folder, make_datasets
 from .extras import require
-from .weights import CheckpointError
 
 
 @torch.no_grad()
@@ -111,14 +109,9 @@ def evaluate_run(run, data=None, out=None, top_k: int = 5, device: str = "cpu",
     """Evaluate the model of ``run`` (a run folder or a checkpoint file) on ``data``; write the
     files into ``out`` (default: RUN/evaluation, or beside the checkpoint file) and return the
     numbers (:func:`metrics`, plus ``checkpoint`` and ``data``)."""
-    run = Path(run)
-    if not run.exists():
-        raise ValueError(f"{str(run)!r}: no such run folder or checkpoint file")
-    source = run if run.is_dir() else run.parent
-    checkpoint = run_folder.selected_checkpoint(run) if run.is_dir() else run
     if not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"--top-k must be a positive integer, got {top_k!r}")
-    model = run_folder.load_model(checkpoint, device)
+    model, checkpoint, source = run_folder.open_run(run, device)
     dataset = evaluation_data(source, model, data)
     probs, labels = predict_dataset(model, dataset, device, batch_size)
     result = {**metrics(probs, labels, model.class_names, top_k),
@@ -201,14 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> dict:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return evaluate_run(args.run, args.data, args.out, args.top_k, args.device,
-                            args.batch_size)
-    except (ValueError, CheckpointError) as error:
-        parser.error(str(error))
+    return run_folder.run_command(build_parser(), argv, lambda a: evaluate_run(
+        a.run, a.data, a.out, a.top_k, a.device, a.batch_size))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -126,12 +126,12 @@ def create_model(name: str, pretrained: bool = False, checkpoint_path=None, cach
     ``drop_path_rate`` and the family's own: ``get_config(name)`` shows them all); a
     position embedding of another size is resized on load.
     """
-    lookup(name)  # an unknown name lists the known ones
+    family, spec = lookup(name)  # an unknown name lists the known ones
     path = _weights_file(name, pretrained, checkpoint_path, cache_dir)
-    models.get_config(name, **kwargs)  # bad kwargs: refused before anything is downloaded
+    cfg = spec.config(**kwargs)  # bad kwargs: refused before anything is downloaded
     if pretrained:
         path = download(name, cache_dir)
-    model = models.create_model(name, **kwargs)
+    model = models.build_model(family, spec, cfg)
     if path is not None:
         from .weights import load_pretrained
 
@@ -150,7 +150,7 @@ def create_numpy_model(name: str, params: dict | None = None, pretrained: bool =
     Missing, unexpected or mis-shaped keys raise a ``ValueError`` that lists them: a file
     loads strictly, its head included (``num_classes`` must be the file's).
     """
-    lookup(name)  # an unknown name lists the known ones
+    family, spec = lookup(name)  # an unknown name lists the known ones
     path = _weights_file(name, pretrained, checkpoint_path, cache_dir)
     given = params is not None
     if given and (pretrained or path is not None):
@@ -161,11 +161,11 @@ def create_numpy_model(name: str, params: dict | None = None, pretrained: bool =
                          f"PyTorch state_dict (vit_scratch.state_dict_to_numpy(model."
                          f"state_dict())), got NoneType; or load a file: checkpoint_path=FILE "
                          f"or pretrained=True")
-    models.get_config(name, **kwargs)  # bad kwargs: refused before anything is downloaded
+    cfg = spec.config(**kwargs)  # bad kwargs: refused before anything is downloaded
     if not given:
         from .weights import read_state_dict, state_dict_to_numpy
 
         if pretrained:
             path = download(name, cache_dir)
         params = state_dict_to_numpy(read_state_dict(path))
-    return models.create_numpy_model(name, params, **kwargs)
+    return models.build_numpy_model(family, spec, cfg, params)

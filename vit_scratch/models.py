@@ -59,9 +59,16 @@ FAMILIES = (
 
 
 def _registered() -> dict[str, tuple[Family, ModelSpec]]:
-    """Every registered name -> (its family, its spec), read from the families' ``MODELS``."""
+    """Every registered name -> (its family, its spec), read from the families' ``MODELS``;
+    built once for the table as it is (a family added to ``FAMILIES`` or a name registered
+    later builds it again)."""
+    return _name_table(FAMILIES, tuple(len(family.spec.MODELS) for family in FAMILIES))
+
+
+@functools.lru_cache(maxsize=4)
+def _name_table(families: tuple, sizes: tuple) -> dict[str, tuple[Family, ModelSpec]]:
     names: dict[str, tuple[Family, ModelSpec]] = {}
-    for family in FAMILIES:
+    for family in families:
         for name, spec in family.spec.MODELS.items():
             if name in names:
                 raise ValueError(f"model name {name!r} is registered by two families")
@@ -110,7 +117,12 @@ def create_model(name: str, **kwargs):
     ``pretrained=`` and ``checkpoint_path=`` to this.
     """
     family, spec = lookup(name)
-    cfg = spec.config(**kwargs)
+    return build_model(family, spec, spec.config(**kwargs))
+
+
+def build_model(family: Family, spec: ModelSpec, cfg):
+    """The PyTorch model of ``family`` for ``cfg`` (a config built, and so validated, once),
+    with the ``pretrained_cfg`` of the registered name ``spec``."""
     model = family.torch_class()(cfg)
     model.pretrained_cfg = spec.pretrained_cfg_for(cfg)
     return model
@@ -126,13 +138,17 @@ def create_numpy_model(name: str, params: dict, **kwargs):
     ``checkpoint_path=`` or ``pretrained=True`` instead of ``params``.
     """
     family, spec = lookup(name)
-    cfg = spec.config(**kwargs)
+    return build_numpy_model(family, spec, spec.config(**kwargs), params)
+
+
+def build_numpy_model(family: Family, spec: ModelSpec, cfg, params):
+    """The NumPy model of ``family`` for ``cfg`` from ``params``, named after ``spec``."""
     if hasattr(params, "keys") and hasattr(params, "get"):  # a dict: another family's params?
         shapes = {k: getattr(v, "shape", ()) for k, v in params.items()}
-        message = other_family_message(shapes, family, f"params for {name}")
+        message = other_family_message(shapes, family, f"params for {spec.name}")
         if message:
             raise ValueError(message)
-    model = family.numpy_class()(cfg, params, name=name)
+    model = family.numpy_class()(cfg, params, name=spec.name)
     model.pretrained_cfg = spec.pretrained_cfg_for(cfg)
     return model
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +31,6 @@ import torch
 
 from . import run_folder
 from .data import open_picture, preprocess
-from .weights import CheckpointError
 
 
 def load_pictures(paths) -> list:
@@ -117,11 +115,8 @@ def predict_files(run, pictures, top_k: int = 5, attention: bool = False, out=No
     "attention": path or None}]``."""
     if not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"--top-k must be a positive integer, got {top_k!r}")
-    run = Path(run)
-    if not run.exists():
-        raise ValueError(f"{str(run)!r}: no such run folder or checkpoint file")
-    images = load_pictures(pictures)
-    model = run_folder.load_model(run, device)
+    images = load_pictures(pictures)  # every picture decodes, before the model is loaded
+    model, _, _ = run_folder.open_run(run, device)
     results = predict(model, images, top_k)
     maps = [None] * len(images)
     if attention:
@@ -150,14 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> list[dict]:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return predict_files(args.run, args.pictures, args.top_k, args.attention, args.out,
-                             args.device)
-    except (ValueError, CheckpointError) as error:
-        parser.error(str(error))
+    return run_folder.run_command(build_parser(), argv, lambda a: predict_files(
+        a.run, a.pictures, a.top_k, a.attention, a.out, a.device))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -1,5 +1,6 @@
 """The run folder of ``python -m vit_scratch.train``: its files, written atomically, what
-``--resume`` reads back, and the trained model a run folder or a checkpoint file holds.
+``--resume`` reads back, and the trained model a run folder or a checkpoint file holds
+(:func:`open_run`, for the commands that read a run: ``evaluate``, ``predict``).
 
     checkpoint.safetensors  the weights after the last finished epoch
     best.safetensors        the weights of the epoch with the best validation accuracy
@@ -250,3 +251,25 @@ def load_model(path, device="cpu"):
     model.class_names = info["class_names"] or [str(c) for c in range(model.num_classes)]
     return model.to(device).eval()
 
+
+def open_run(run, device="cpu"):
+    """``(model, checkpoint, folder)`` of ``run``, a run folder or a checkpoint file: the
+    trained model (:func:`load_model`), the checkpoint file it came from (a folder's selected
+    one) and the folder holding it (where the run's settings.json is, if any).  A
+    ``ValueError`` when ``run`` is neither."""
+    run = Path(run)
+    if not run.exists():
+        raise ValueError(f"{str(run)!r}: no such run folder or checkpoint file")
+    checkpoint = selected_checkpoint(run) if run.is_dir() else run
+    return load_model(checkpoint, device), checkpoint, (run if run.is_dir() else run.parent)
+
+
+def run_command(parser, argv, command):
+    """A command that reads a run (``evaluate``, ``predict``): ``command(args)`` on the parsed
+    ``argv``; bad input gives its usage and the one-line message (``parser.error``, exit status
+    2), not a traceback."""
+    args = parser.parse_args(argv)
+    try:
+        return command(args)
+    except (ValueError, CheckpointError) as error:
+        parser.error(str(error))

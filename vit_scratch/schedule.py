@@ -7,8 +7,8 @@ Gradient Descent with Warm Restarts", ICLR 2017, https://arxiv.org/abs/1608.0398
     lr = lr_at(step, total, warmup, base)      # step 0, 1, ..., total - 1
 
 :class:`LrSchedule` sets it on an optimiser's ``param_groups`` once per step, as PyTorch's
-schedulers do (the NumPy trainer's schedule; the PyTorch trainer's is ``train.lr_schedule``,
-PyTorch's own schedulers, tested equal to this curve).
+schedulers do (the NumPy backend's schedule; the PyTorch backend's is
+``training.recipe.lr_schedule``, PyTorch's own schedulers, tested equal to this curve).
 """
 from __future__ import annotations
 

@@ -2,7 +2,9 @@
 
 Functions take the weights explicitly, laid out exactly like the PyTorch ``state_dict``
 (``Linear.weight`` is ``(out_features, in_features)``), and keep the input's dtype: float64 in,
-float64 out, so the tests can compare with PyTorch near machine precision.
+float64 out, so the tests can compare with PyTorch near machine precision.  A public function
+checks its arguments and calls its core ``_f``, the formula itself; the models call the cores,
+so nothing inside a model's forward is checked twice (``vit_scratch.validation``: the rule).
 
     layers        linear, layer_norm, gelu, softmax, mlp
     patch_embed   patchify, unpatchify, patch_embed, add_class_token, sin-cos position embeddings
@@ -21,8 +23,8 @@ float64 out, so the tests can compare with PyTorch near machine precision.
                   batch): what the models run, each tested equal to its plain formula
 
 Learning: each module above also has, for each of its functions ``f``, ``f_forward -> (out,
-cache)`` and ``f_backward(dout, cache) -> gradients`` (CS231n's pattern), and each model a
-``forward_with_cache`` and a ``backward``:
+cache)`` and ``f_backward(dout, cache) -> gradients`` right after it (CS231n's pattern), and
+each model a ``forward_with_cache`` and a ``backward``:
 
     backprop      Cache, check_backward (the pattern), trainable_params, model_gradients
     layers        + cross_entropy, drop_path_mask, drop_path

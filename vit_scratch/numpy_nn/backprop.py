@@ -120,18 +120,22 @@ def trainable_params(model) -> dict[str, np.ndarray]:
     return {k: v for k, v in model.params.items() if k not in aliases}
 
 
-def model_gradients(model, grads: dict) -> dict[str, np.ndarray]:
+def model_gradients(model, grads: dict, unused=()) -> dict[str, np.ndarray]:
     """Per-use gradients ``{state_dict key: gradient}`` -> one gradient per tensor: a shared
     tensor's gradient is the sum over all its uses (every alias), given under its canonical
-    key; the aliases do not appear.  In :func:`trainable_params`' order."""
+    key; the aliases do not appear.  In :func:`trainable_params`' order.
+
+    ``unused``: the keys the model's config leaves out of every forward pass (a CoaT scale
+    without serial blocks); they get no gradient, as in PyTorch (``grad`` None), and AdamW
+    skips them.  Any other parameter without a gradient is an error: it would never learn."""
     aliases = alias_keys(model)
     out: dict[str, np.ndarray] = {}
     for key, g in grads.items():
         key = aliases.get(key, key)
         out[key] = out[key] + g if key in out else g
-    order = list(trainable_params(model))
+    order = [k for k in trainable_params(model) if k not in unused]
     missing = [k for k in order if k not in out]
-    if missing:  # a parameter the forward never used would silently never learn
+    if missing:
         raise RuntimeError(f"{model.name}.backward produced no gradient for {missing}")
     return {k: out[k] for k in order}
 

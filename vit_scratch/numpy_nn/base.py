@@ -6,7 +6,8 @@ provides ``forward_features``, ``forward_intermediates`` and ``get_attention_map
 with ``images = self.prepare_images(images)`` (the input checks and dtype policy of
 ``vit_scratch.validation``, the same as the PyTorch room's).  Attribute and method names are
 those of the PyTorch room (``vit_scratch.interface``).  Its params are checked once, here: keys,
-shapes, one floating dtype, finite values.  For learning, each family's class adds
+shapes, one floating dtype, finite values (``vit_scratch.checkpoint_checks``); images once per
+call, in ``prepare_images``; nothing else in a forward pass is checked again.  For learning, each family's class adds
 ``forward_with_cache`` and ``backward`` (the pattern of ``numpy_nn.backprop``); the weight-decay
 rule is ``numpy_nn.training.decays``.  There is no classifier reset.
 """
@@ -16,8 +17,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .. import interface, validation
-from .layers import linear
+from .. import checkpoint_checks, interface, validation
+from .layers import _linear
 
 
 def as_params(params, what: str) -> dict[str, np.ndarray]:
@@ -43,7 +44,8 @@ class ModelBase:
     """A forward pass in NumPy, driven by ``params``: ``{state_dict key: array}``.
 
     Everything is computed in the params' dtype: every array float32 (a checkpoint) or every
-    array float64 (the precision tests); anything else is refused (``validation.check_param_dtypes``).
+    array float64 (the precision tests); anything else is refused
+    (``checkpoint_checks.check_param_dtypes``).
     Images follow the same policy as in the PyTorch room (``prepare_images``)."""
 
     param_shapes = None  # cfg -> {key: shape}: the family spec's table
@@ -56,9 +58,10 @@ class ModelBase:
         params = as_params(params, what)
         if type(self).shared_keys is not None:
             params = fill_shared_keys(params, type(self).shared_keys(cfg), what)
-        validation.check_params(params, type(self).param_shapes(cfg), what)
-        dtype = validation.check_param_dtypes({k: v.dtype.name for k, v in params.items()}, what)
-        validation.check_param_values(
+        checkpoint_checks.check_params(params, type(self).param_shapes(cfg), what)
+        dtype = checkpoint_checks.check_param_dtypes({k: v.dtype.name for k, v in params.items()},
+                                                     what)
+        checkpoint_checks.check_param_values(
             {k: float(np.abs(v).max()) if v.size else 0.0 for k, v in params.items()}, what)
         self.cfg = cfg
         self.name = name
@@ -96,15 +99,19 @@ class ModelBase:
 
     def forward_head(self, features: np.ndarray, pre_logits: bool = False) -> np.ndarray:
         """Pool, then classify: (B, num_classes), or (B, num_features) with ``pre_logits`` or
-        without a head."""
+        without a head.  ``features`` come from the caller: their width is checked."""
         x = self.pool(features)
         validation.check_last_dim(x.shape, self.num_features, "pooled features")
+        return self.classify(x, pre_logits)
+
+    def classify(self, pooled: np.ndarray, pre_logits: bool = False) -> np.ndarray:
+        """The head on pooled features (B, num_features), unchecked."""
         if pre_logits or not self.num_classes:
-            return x
-        return linear(x, self.params["head.weight"], self.params["head.bias"])
+            return pooled
+        return _linear(pooled, self.params["head.weight"], self.params["head.bias"])
 
     def __call__(self, images: np.ndarray) -> np.ndarray:
-        return self.forward_head(self.forward_features(images))
+        return self.classify(self.pool(self.forward_features(images)))
 
     forward = __call__
 

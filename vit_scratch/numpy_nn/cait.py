@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import interface, validation
+from .. import interface
 from ..specs.cait import CaitConfig, cait_param_shapes
 from .backprop import Cache, check_backward, check_trainable, model_gradients
 from .base import ModelBase
-from .class_attention import (class_attention_block, class_attention_block_backward,
+from .class_attention import (_class_attention_block, class_attention_block_backward,
                               class_attention_block_forward)
-from .layers import (drop_path_mask, layer_norm, layer_norm_backward, layer_norm_forward,
+from .layers import (_layer_norm, drop_path_mask, layer_norm_backward, layer_norm_forward,
                      linear_backward, linear_forward, sub_params)
-from .layerscale import layerscale_block, layerscale_block_backward, layerscale_block_forward
-from .patch_embed import (add_pos_embed_backward, add_pos_embed_forward, patch_embed,
+from .layerscale import _layerscale_block, layerscale_block_backward, layerscale_block_forward
+from .patch_embed import (_patch_embed, add_pos_embed_backward, add_pos_embed_forward,
                           patch_embed_backward, patch_embed_forward)
 
 
@@ -53,15 +53,15 @@ class Cait(ModelBase):
     def embed(self, images: np.ndarray) -> np.ndarray:
         """images (B, C, H, W) -> patch tokens with their positions (B, N, C)."""
         p = self.params
-        x = patch_embed(self.prepare_images(images),
-                        p["patch_embed.proj.weight"], p["patch_embed.proj.bias"])  # (B, N, C)
+        x = _patch_embed(self.prepare_images(images),
+                         p["patch_embed.proj.weight"], p["patch_embed.proj.bias"])  # (B, N, C)
         return x + p["pos_embed"]
 
     def _self_attention_stage(self, images: np.ndarray, keep: bool = False):
         """-> (patch tokens after the last block, every block's output if ``keep``)."""
         x, outputs = self.embed(images), []
         for p in self.blocks:
-            x = layerscale_block(x, p, self.cfg.num_heads)
+            x, _ = _layerscale_block(x, p, self.cfg.num_heads)
             if keep:
                 outputs.append(x)
         return x, outputs
@@ -72,13 +72,13 @@ class Cait(ModelBase):
                               (x.shape[0], 1, x.shape[2]))
         maps = []
         for p in self.blocks_token_only:
-            cls, attn = class_attention_block(x, cls, p, self.cfg.num_heads,
-                                              self.cfg.class_token_in_keys, return_attention=True)
+            cls, attn = _class_attention_block(x, cls, p, self.cfg.num_heads,
+                                               self.cfg.class_token_in_keys)
             maps.append(attn)
         return cls, maps
 
     def _final_norm(self, x: np.ndarray) -> np.ndarray:
-        return layer_norm(x, self.params["norm.weight"], self.params["norm.bias"])
+        return _layer_norm(x, self.params["norm.weight"], self.params["norm.bias"])
 
     def forward_features(self, images: np.ndarray) -> np.ndarray:
         """-> final-normed tokens (B, 1 + N, C), the class token first."""

@@ -15,6 +15,10 @@ image tokens, which is what the depthwise convolutions and the resizing work on.
 split over the CPU cores (``_fast.split_batch``): NumPy's elementwise work runs on one core
 per call, and images are independent.  There is no
 absolute position embedding, so any input whose sides are multiples of the total stride runs.
+
+:func:`scale_patch_embed` and :func:`serial_block` are each followed by their ``_forward`` and
+``_backward`` (CS231n's pairing); the model checks its images once (``prepare_images``) and runs
+the unchecked cores.
 """
 from __future__ import annotations
 
@@ -22,21 +26,19 @@ import numpy as np
 from einops import rearrange
 
 from .. import interface, validation
-from ..specs.coat import (CoaTConfig, CoaTImageSizeMixin, coat_feature_info, coat_param_shapes,
-                          shared_keys)
+from ..specs.coat import (PATCH_NORM_EPS, CoaTConfig, CoaTImageSizeMixin, coat_param_shapes,
+                          shared_keys, unused_keys)
 from . import _fast
 from .backprop import Cache, check_backward, check_trainable, model_gradients
 from .base import ModelBase
-from .conv_position_encoding import conv_pos_enc, conv_pos_enc_backward, conv_pos_enc_forward
-from .coscale import parallel_block, parallel_block_backward, parallel_block_forward
-from .factorized_attention import (conv_attention, conv_attention_backward,
+from .conv_position_encoding import _conv_pos_enc, conv_pos_enc_backward, conv_pos_enc_forward
+from .coscale import _parallel_block, parallel_block_backward, parallel_block_forward
+from .factorized_attention import (_conv_attention, conv_attention_backward,
                                    conv_attention_forward)
-from .layers import (drop_path_backward, drop_path_forward, drop_path_mask, layer_norm,
-                     layer_norm_backward, layer_norm_forward, linear, linear_backward,
-                     linear_forward, mlp, mlp_backward, mlp_forward, sub_params)
-from .patch_embed import add_class_token, add_class_token_backward, add_class_token_forward
-
-PATCH_NORM_EPS = 1e-5  # CoaT's patch-embedding LayerNorms (the token LayerNorms use 1e-6)
+from .layers import (_layer_norm, _linear, _mlp, drop_path_backward, drop_path_forward,
+                     drop_path_mask, layer_norm_backward, layer_norm_forward, linear_backward,
+                     linear_forward, mlp_backward, mlp_forward, mlp_grads, mlp_params, sub_params)
+from .patch_embed import _add_class_token, add_class_token_backward, add_class_token_forward
 
 
 def scale_patch_embed(x: np.ndarray, p: dict, channels_last: bool = False) -> np.ndarray:
@@ -47,6 +49,20 @@ def scale_patch_embed(x: np.ndarray, p: dict, channels_last: bool = False) -> np
     p: ``proj.weight`` (E, C, P, P), ``proj.bias``, ``norm.weight``, ``norm.bias``
     ->  (B, (H/P)·(W/P), E) tokens in raster order
     """
+    x = np.asarray(x)
+    E, C, P, _ = np.shape(p["proj.weight"])
+    layout = "(B, H, W, C)" if channels_last else "(B, C, H, W)"
+    validation.check_ndim(x.shape, 4, "x", layout)
+    chans, hw = (x.shape[3], x.shape[1:3]) if channels_last else (x.shape[1], x.shape[2:])
+    if chans != C:
+        raise ValueError(f"x has {chans} channels, but proj.weight of shape "
+                         f"{np.shape(p['proj.weight'])} takes {C} (x of shape {x.shape}, {layout})")
+    validation.check_divisible(tuple(hw), P, "x's size", f"patch size {P}")
+    return _scale_patch_embed(x, p, channels_last)
+
+
+def _scale_patch_embed(x, p: dict, channels_last: bool = False):
+    """:func:`scale_patch_embed`'s formula, unchecked."""
     weight = p["proj.weight"]
     E, C, P, _ = weight.shape
     if channels_last:  # flatten each patch as (row, col, channel) and permute the weight to match
@@ -55,8 +71,47 @@ def scale_patch_embed(x: np.ndarray, p: dict, channels_last: bool = False) -> np
     else:  # (channel, row, col): the order a Conv2d weight flattens in
         patches = rearrange(x, "b c (gh p1) (gw p2) -> b (gh gw) (c p1 p2)", p1=P, p2=P)
         w = weight.reshape(E, -1)
-    tokens = linear(patches, w, p["proj.bias"])
-    return layer_norm(tokens, p["norm.weight"], p["norm.bias"], eps=PATCH_NORM_EPS)
+    tokens = _linear(patches, w, p["proj.bias"])
+    return _layer_norm(tokens, p["norm.weight"], p["norm.bias"], eps=PATCH_NORM_EPS)
+
+
+def scale_patch_embed_forward(x: np.ndarray, p: dict, channels_last: bool = False):
+    """:func:`scale_patch_embed` -> (out, cache), through ``linear_forward`` and
+    ``layer_norm_forward``."""
+    weight = p["proj.weight"]
+    E, C, P, _ = weight.shape
+    if channels_last:
+        patches = rearrange(x, "b (gh p1) (gw p2) c -> b (gh gw) (p1 p2 c)", p1=P, p2=P)
+        w = weight.transpose(0, 2, 3, 1).reshape(E, -1)
+    else:
+        patches = rearrange(x, "b c (gh p1) (gw p2) -> b (gh gw) (c p1 p2)", p1=P, p2=P)
+        w = weight.reshape(E, -1)
+    tokens, c_proj = linear_forward(patches, w, p["proj.bias"])
+    out, c_norm = layer_norm_forward(tokens, p["norm.weight"], p["norm.bias"], eps=PATCH_NORM_EPS)
+    return out, Cache("scale_patch_embed", out, proj=c_proj, norm=c_norm, x_shape=x.shape,
+                      channels_last=channels_last, weight_shape=weight.shape)
+
+
+def scale_patch_embed_backward(dout: np.ndarray, cache: Cache):
+    """Back through the LayerNorm and the Linear on the flattened patches (``patch_embed_backward``
+    states the formulas); the patches' gradient is folded back into the grid, the flattened
+    weight's into the Conv2d layout (E, C, P, P).  -> (dx in x's layout, {key: gradient})."""
+    dout = check_backward("scale_patch_embed", dout, cache)
+    g = {}
+    dtokens, g["norm.weight"], g["norm.bias"] = layer_norm_backward(dout, cache.norm)
+    dpatches, dw, g["proj.bias"] = linear_backward(dtokens, cache.proj)
+    E, C, P, _ = cache.weight_shape
+    if cache.channels_last:
+        gh, gw = cache.x_shape[1] // P, cache.x_shape[2] // P
+        dx = rearrange(dpatches, "b (gh gw) (p1 p2 c) -> b (gh p1) (gw p2) c", gh=gh, gw=gw,
+                       p1=P, p2=P)
+        g["proj.weight"] = dw.reshape(E, P, P, C).transpose(0, 3, 1, 2)
+    else:
+        gh, gw = cache.x_shape[2] // P, cache.x_shape[3] // P
+        dx = rearrange(dpatches, "b (gh gw) (c p1 p2) -> b c (gh p1) (gw p2)", gh=gh, gw=gw,
+                       p1=P, p2=P)
+        g["proj.weight"] = dw.reshape(E, C, P, P)
+    return dx, {k: g[k] for k in ("proj.weight", "proj.bias", "norm.weight", "norm.bias")}
 
 
 def serial_block(x: np.ndarray, p: dict, num_heads: int, size, records: list | None = None):
@@ -65,11 +120,55 @@ def serial_block(x: np.ndarray, p: dict, num_heads: int, size, records: list | N
     x: (B, 1 + H·W, C); p: the block's params relative to it (``cpe.proj.weight``,
     ``norm1.weight``, ``factoratt_crpe.qkv.weight``, ``mlp.fc1.weight``, ...)  ->  (B, 1 + H·W, C)
     """
-    x = conv_pos_enc(x, p["cpe.proj.weight"], p["cpe.proj.bias"], size)
-    h = layer_norm(x, p["norm1.weight"], p["norm1.bias"])
-    x = x + conv_attention(h, sub_params(p, "factoratt_crpe."), num_heads, size, records)
-    h = layer_norm(x, p["norm2.weight"], p["norm2.bias"])
-    return x + mlp(h, p["mlp.fc1.weight"], p["mlp.fc1.bias"], p["mlp.fc2.weight"], p["mlp.fc2.bias"])
+    x = np.asarray(x)
+    size = validation.check_token_grid(x.shape, size, "x", np.shape(p["norm1.weight"])[0])
+    validation.head_dim(x.shape[-1], num_heads)
+    return _serial_block(x, p, num_heads, size, records)
+
+
+def _serial_block(x, p: dict, num_heads: int, size, records: list | None = None):
+    """:func:`serial_block`'s formula, unchecked (``size`` a pair)."""
+    x = _conv_pos_enc(x, p["cpe.proj.weight"], p["cpe.proj.bias"], size)
+    h = _layer_norm(x, p["norm1.weight"], p["norm1.bias"])
+    x = x + _conv_attention(h, sub_params(p, "factoratt_crpe."), num_heads, size, records)
+    return x + _mlp(_layer_norm(x, p["norm2.weight"], p["norm2.bias"]), *mlp_params(p))
+
+
+def serial_block_forward(x: np.ndarray, p: dict, num_heads: int, size, drop_path_masks=None):
+    """:func:`serial_block` -> (out, cache).  ``drop_path_masks``: None, or the (B,) factors of
+    ``layers.drop_path_mask`` for the attention and the MLP branch."""
+    m1, m2 = drop_path_masks or (None, None)
+    x, c_cpe = conv_pos_enc_forward(x, p["cpe.proj.weight"], p["cpe.proj.bias"], size)
+    h, c_n1 = layer_norm_forward(x, p["norm1.weight"], p["norm1.bias"])
+    h, c_att = conv_attention_forward(h, sub_params(p, "factoratt_crpe."), num_heads, size)
+    h, c_dp1 = drop_path_forward(h, m1)
+    x = x + h
+    h, c_n2 = layer_norm_forward(x, p["norm2.weight"], p["norm2.bias"])
+    h, c_mlp = mlp_forward(h, *mlp_params(p))
+    h, c_dp2 = drop_path_forward(h, m2)
+    out = x + h
+    return out, Cache("serial_block", out, cpe=c_cpe, norm1=c_n1, attn=c_att, drop_path1=c_dp1,
+                      norm2=c_n2, mlp=c_mlp, drop_path2=c_dp2)
+
+
+def serial_block_backward(dout: np.ndarray, cache: Cache):
+    """x₀ = cpe(x), x₁ = x₀ + att(norm1(x₀)), y = x₁ + mlp(norm2(x₁)): residual gradients pass
+    through, each branch adds its own, and the CPE's backward comes last.
+    -> (dx, {key: gradient}) with p's keys."""
+    dout = check_backward("serial_block", dout, cache)
+    g = {}
+    dh = drop_path_backward(dout, cache.drop_path2)
+    dh, *d_mlp = mlp_backward(dh, cache.mlp)
+    g.update(mlp_grads(d_mlp))
+    dx1, g["norm2.weight"], g["norm2.bias"] = layer_norm_backward(dh, cache.norm2)
+    dx1 += dout
+    dh = drop_path_backward(dx1, cache.drop_path1)
+    dh, d_att = conv_attention_backward(dh, cache.attn)
+    g.update({f"factoratt_crpe.{k}": v for k, v in d_att.items()})
+    dx0, g["norm1.weight"], g["norm1.bias"] = layer_norm_backward(dh, cache.norm1)
+    dx0 += dx1
+    dx, g["cpe.proj.weight"], g["cpe.proj.bias"] = conv_pos_enc_backward(dx0, cache.cpe)
+    return dx, g
 
 
 class CoaT(CoaTImageSizeMixin, ModelBase):
@@ -89,7 +188,7 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
     def __init__(self, cfg: CoaTConfig, params: dict, name: str = "CoaT"):
         super().__init__(cfg, params, name)
         self.num_features = self.embed_dim = cfg.embed_dims[-1]
-        self.feature_info = coat_feature_info(cfg)
+        self.feature_info = cfg.feature_info
         p = self.params
         self.patch_embeds = [sub_params(p, f"patch_embed{s}.") for s in range(1, 5)]
         self.serial_blocks = [[sub_params(p, f"serial_blocks{s}.{n}.") for n in range(depth)]
@@ -117,22 +216,22 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
         x, xs = images.astype(self.dtype, copy=False), []
         for s in range(last + 1):
             if s == 0:
-                tokens = scale_patch_embed(x, self.patch_embeds[0])
+                tokens = _scale_patch_embed(x, self.patch_embeds[0])
             else:
                 (H, W), prev = sizes[s - 1], xs[-1]
                 grid = prev[:, 1:].reshape(prev.shape[0], H, W, prev.shape[-1])  # channels last
-                tokens = scale_patch_embed(grid, self.patch_embeds[s], channels_last=True)
-            tokens = add_class_token(tokens, p[f"cls_token{s + 1}"])
+                tokens = _scale_patch_embed(grid, self.patch_embeds[s], channels_last=True)
+            tokens = _add_class_token(tokens, p[f"cls_token{s + 1}"])
             for blk in self.serial_blocks[s]:
-                tokens = serial_block(tokens, blk, cfg.num_heads, sizes[s], records)
+                tokens = _serial_block(tokens, blk, cfg.num_heads, sizes[s], records)
             xs.append(tokens)
         if self.parallel_blocks and last == 3:
             rest = xs[1:]
             for blk in self.parallel_blocks:
-                rest = [conv_pos_enc(x, p[f"cpe{s}.proj.weight"], p[f"cpe{s}.proj.bias"], size)
+                rest = [_conv_pos_enc(x, p[f"cpe{s}.proj.weight"], p[f"cpe{s}.proj.bias"], size)
                         for x, s, size in zip(rest, (2, 3, 4), sizes[1:])]
-                rest = parallel_block(rest, blk, sizes[1:], cfg.num_heads, cfg.parallel_mode,
-                                      records)
+                rest = _parallel_block(rest, blk, sizes[1:], cfg.num_heads, cfg.parallel_mode,
+                                       records)
             xs[1:] = rest
         return xs
 
@@ -140,7 +239,7 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
         """Scale s's final norm (0-based), or None (scale 1 never has one; CoaT-Lite only norm4)."""
         if s == 3 or (s > 0 and not self.cfg.is_lite):
             w, b = self.params[f"norm{s + 1}.weight"], self.params[f"norm{s + 1}.bias"]
-            return lambda x: layer_norm(x, w, b)
+            return lambda x: _layer_norm(x, w, b)
         return None
 
     def _features(self, xs):
@@ -297,7 +396,7 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
             g.update({f"patch_embed{s + 1}.{k}": v for k, v in d.items()})
             if s > 0:  # the grid was scale s-1's image tokens
                 dxs[s - 1][:, 1:] += dgrid.reshape(dgrid.shape[0], -1, dgrid.shape[-1])
-        return dgrid, model_gradients(self, g)
+        return dgrid, model_gradients(self, g, unused=unused_keys(cfg))
 
     def get_attention_grids(self, images: np.ndarray, view: str = "class") -> list[np.ndarray]:
         """One (B, h, H_s, W_s) grid per factorized-attention layer, on its scale's grid."""
@@ -306,86 +405,3 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
                     interface.factorized_attention_map(r.key_softmax, r.class_query, view),
                     r.size, view)
                 for r in self._records(images)]
-
-
-# --- backward passes ----------------------------------------------------------------------------
-# ``f_forward -> (out, cache)``, ``f_backward(dout, cache) -> gradients`` (the pattern of
-# ``vit_scratch.numpy_nn.backprop``); a dict of parameters gets a dict of gradients, same keys.
-
-_MLP_KEYS = ("mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias")
-
-
-def scale_patch_embed_forward(x: np.ndarray, p: dict, channels_last: bool = False):
-    """:func:`scale_patch_embed` -> (out, cache), through ``linear_forward`` and
-    ``layer_norm_forward``."""
-    weight = p["proj.weight"]
-    E, C, P, _ = weight.shape
-    if channels_last:
-        patches = rearrange(x, "b (gh p1) (gw p2) c -> b (gh gw) (p1 p2 c)", p1=P, p2=P)
-        w = weight.transpose(0, 2, 3, 1).reshape(E, -1)
-    else:
-        patches = rearrange(x, "b c (gh p1) (gw p2) -> b (gh gw) (c p1 p2)", p1=P, p2=P)
-        w = weight.reshape(E, -1)
-    tokens, c_proj = linear_forward(patches, w, p["proj.bias"])
-    out, c_norm = layer_norm_forward(tokens, p["norm.weight"], p["norm.bias"], eps=PATCH_NORM_EPS)
-    return out, Cache("scale_patch_embed", out, proj=c_proj, norm=c_norm, x_shape=x.shape,
-                      channels_last=channels_last, weight_shape=weight.shape)
-
-
-def scale_patch_embed_backward(dout: np.ndarray, cache: Cache):
-    """Back through the LayerNorm and the Linear on the flattened patches (``patch_embed_backward``
-    states the formulas); the patches' gradient is folded back into the grid, the flattened
-    weight's into the Conv2d layout (E, C, P, P).  -> (dx in x's layout, {key: gradient})."""
-    dout = check_backward("scale_patch_embed", dout, cache)
-    g = {}
-    dtokens, g["norm.weight"], g["norm.bias"] = layer_norm_backward(dout, cache.norm)
-    dpatches, dw, g["proj.bias"] = linear_backward(dtokens, cache.proj)
-    E, C, P, _ = cache.weight_shape
-    if cache.channels_last:
-        gh, gw = cache.x_shape[1] // P, cache.x_shape[2] // P
-        dx = rearrange(dpatches, "b (gh gw) (p1 p2 c) -> b (gh p1) (gw p2) c", gh=gh, gw=gw,
-                       p1=P, p2=P)
-        g["proj.weight"] = dw.reshape(E, P, P, C).transpose(0, 3, 1, 2)
-    else:
-        gh, gw = cache.x_shape[2] // P, cache.x_shape[3] // P
-        dx = rearrange(dpatches, "b (gh gw) (c p1 p2) -> b c (gh p1) (gw p2)", gh=gh, gw=gw,
-                       p1=P, p2=P)
-        g["proj.weight"] = dw.reshape(E, C, P, P)
-    return dx, {k: g[k] for k in ("proj.weight", "proj.bias", "norm.weight", "norm.bias")}
-
-
-def serial_block_forward(x: np.ndarray, p: dict, num_heads: int, size, drop_path_masks=None):
-    """:func:`serial_block` -> (out, cache).  ``drop_path_masks``: None, or the (B,) factors of
-    ``layers.drop_path_mask`` for the attention and the MLP branch."""
-    m1, m2 = drop_path_masks or (None, None)
-    x, c_cpe = conv_pos_enc_forward(x, p["cpe.proj.weight"], p["cpe.proj.bias"], size)
-    h, c_n1 = layer_norm_forward(x, p["norm1.weight"], p["norm1.bias"])
-    h, c_att = conv_attention_forward(h, sub_params(p, "factoratt_crpe."), num_heads, size)
-    h, c_dp1 = drop_path_forward(h, m1)
-    x = x + h
-    h, c_n2 = layer_norm_forward(x, p["norm2.weight"], p["norm2.bias"])
-    h, c_mlp = mlp_forward(h, *(p[k] for k in _MLP_KEYS))
-    h, c_dp2 = drop_path_forward(h, m2)
-    out = x + h
-    return out, Cache("serial_block", out, cpe=c_cpe, norm1=c_n1, attn=c_att, drop_path1=c_dp1,
-                      norm2=c_n2, mlp=c_mlp, drop_path2=c_dp2)
-
-
-def serial_block_backward(dout: np.ndarray, cache: Cache):
-    """x₀ = cpe(x), x₁ = x₀ + att(norm1(x₀)), y = x₁ + mlp(norm2(x₁)): residual gradients pass
-    through, each branch adds its own, and the CPE's backward comes last.
-    -> (dx, {key: gradient}) with p's keys."""
-    dout = check_backward("serial_block", dout, cache)
-    g = {}
-    dh = drop_path_backward(dout, cache.drop_path2)
-    dh, *d_mlp = mlp_backward(dh, cache.mlp)
-    g.update(zip(_MLP_KEYS, d_mlp))
-    dx1, g["norm2.weight"], g["norm2.bias"] = layer_norm_backward(dh, cache.norm2)
-    dx1 += dout
-    dh = drop_path_backward(dx1, cache.drop_path1)
-    dh, d_att = conv_attention_backward(dh, cache.attn)
-    g.update({f"factoratt_crpe.{k}": v for k, v in d_att.items()})
-    dx0, g["norm1.weight"], g["norm1.bias"] = layer_norm_backward(dh, cache.norm1)
-    dx0 += dx1
-    dx, g["cpe.proj.weight"], g["cpe.proj.bias"] = conv_pos_enc_backward(dx0, cache.cpe)
-    return dx, g

@@ -23,6 +23,9 @@ query get the same output, wherever they sit.  CoaT adds position twice, both ti
 Layouts: the public functions take PyTorch's layouts (``(B, C, H, W)`` images, ``(B, h, N, d)``
 heads) so they can be checked against ``F.conv2d`` and the PyTorch modules; the CoaT model calls
 the ``channels_last`` forms, (B, H, W, C), which are plain views of its (B, N, C) tokens.
+
+Each function is followed by its ``_forward`` and ``_backward`` (CS231n's pairing); a public
+function checks its arguments and calls its unchecked core ``_f``, which the CoaT model calls.
 """
 from __future__ import annotations
 
@@ -93,78 +96,6 @@ def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None 
     return out if channels_last else np.moveaxis(out, -1, 1)
 
 
-def conv_pos_enc(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, size) -> np.ndarray:
-    """Convolutional position encoding (CPE): ``f + dwconv(f)`` on the image tokens.
-
-    x: (B, 1 + H·W, C) tokens (class token first), weight: (C, 1, 3, 3), bias: (C,),
-    size: (H, W)  ->  (B, 1 + H·W, C); the class token passes unchanged.
-    """
-    H, W = validation.check_token_grid(np.shape(x), size)
-    B, N, C = x.shape
-    img = x[:, 1:].reshape(B, H, W, C)  # a view: tokens are raster order, channels last
-    out = np.empty_like(x)
-    out[:, :1] = x[:, :1]
-    _check_depthwise(img.shape, weight.shape, channels_last=True)
-    # depthwise_conv2d's faster twin (numpy_nn/_fast.py, tested equal)
-    feat = _fast.depthwise_conv2d(img, weight, bias, channels_last=True)
-    feat += img
-    out[:, 1:] = feat.reshape(B, H * W, C)
-    return out
-
-
-def crpe_conv(v_img: np.ndarray, weights, biases, head_dim: int) -> np.ndarray:
-    """CRPE's convolution of V: each head group with its own window.
-
-    v_img: (B, H, W, h·d), channels head-major (head 0 owns channels 0..d-1);
-    weights[i]: (heads_i·d, 1, k_i, k_i), biases[i]: (heads_i·d,), in head order  ->  (B, H, W, h·d)
-    """
-    out = np.empty(v_img.shape, dtype=np.result_type(v_img, np.float32))
-    start = 0
-    for w, b in zip(weights, biases):  # one depthwise conv per window (head group)
-        stop = start + w.shape[0]
-        if w.shape[0] % head_dim:
-            raise ValueError(f"CRPE conv with {w.shape[0]} channels does not hold whole heads of "
-                             f"{head_dim} channels")
-        group = v_img[..., start:stop]
-        _check_depthwise(group.shape, w.shape, channels_last=True)
-        # depthwise_conv2d's faster twin (numpy_nn/_fast.py, tested equal)
-        out[..., start:stop] = _fast.depthwise_conv2d(group, w, b, channels_last=True)
-        start = stop
-    if start != v_img.shape[-1]:
-        raise ValueError(f"CRPE convs cover {start} channels, but v has {v_img.shape[-1]}")
-    return out
-
-
-def _check_crpe_input(q: np.ndarray, v: np.ndarray, size) -> tuple[int, int]:
-    """q and v (B, h, 1 + H·W, d) that fit ``size``; returns (H, W)."""
-    H, W = validation.to_2tuple(size, "size")
-    if q.shape[2] != 1 + H * W or v.shape != q.shape:
-        raise ValueError(f"q and v must have shape (B, h, 1 + H·W, d) = (B, h, {1 + H * W}, d) "
-                         f"for size {(H, W)}, got {q.shape} and {v.shape}")
-    return H, W
-
-
-def conv_rel_pos_enc(q: np.ndarray, v: np.ndarray, size, weights, biases) -> np.ndarray:
-    """Convolutional relative position encoding: ``EV = Q_img ⊙ conv(V_img)``, zero class row.
-
-    q, v: (B, h, 1 + H·W, d) (the class token first); size: (H, W); weights/biases: the
-    head groups' depthwise convs (``crpe.conv_list.i.weight`` (heads_i·d, 1, k_i, k_i))
-    ->  (B, h, 1 + H·W, d), row 0 zero (the class token has no relative position).
-    """
-    B, h, N, d = q.shape
-    H, W = _check_crpe_input(q, v, size)
-    v_img = np.moveaxis(v[:, :, 1:], 1, 2).reshape(B, H, W, h * d)  # (B, H, W, h·d), head-major
-    conv_v = crpe_conv(v_img, weights, biases, d).reshape(B, H * W, h, d)
-    ev = np.zeros(q.shape, dtype=np.result_type(q, conv_v))
-    ev[:, :, 1:] = q[:, :, 1:] * np.moveaxis(conv_v, 2, 1)
-    return ev
-
-
-# --- backward passes ----------------------------------------------------------------------------
-# ``f_forward -> (out, cache)``, ``f_backward(dout, cache) -> gradients`` (the pattern of
-# ``vit_scratch.numpy_nn.backprop``).
-
-
 def depthwise_conv2d_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None,
                              channels_last: bool = False):
     """:func:`depthwise_conv2d` -> (out, cache)."""
@@ -201,6 +132,31 @@ def _depthwise_grads(dout, x, w, has_bias: bool, channels_last: bool):
     return dx.astype(dout.dtype, copy=False), dweight.astype(w.dtype, copy=False), dbias
 
 
+def conv_pos_enc(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, size) -> np.ndarray:
+    """Convolutional position encoding (CPE): ``f + dwconv(f)`` on the image tokens.
+
+    x: (B, 1 + H·W, C) tokens (class token first), weight: (C, 1, 3, 3), bias: (C,),
+    size: (H, W)  ->  (B, 1 + H·W, C); the class token passes unchanged.
+    """
+    x = np.asarray(x)
+    H, W = validation.check_token_grid(x.shape, size)
+    _check_depthwise((x.shape[0], H, W, x.shape[-1]), np.shape(weight), channels_last=True)
+    return _conv_pos_enc(x, weight, bias, (H, W))
+
+
+def _conv_pos_enc(x, weight, bias, size):
+    """:func:`conv_pos_enc`'s formula, unchecked (``size`` a pair)."""
+    (H, W), (B, _, C) = size, x.shape
+    img = x[:, 1:].reshape(B, H, W, C)  # a view: tokens are raster order, channels last
+    out = np.empty_like(x)
+    out[:, :1] = x[:, :1]
+    # depthwise_conv2d's faster twin (numpy_nn/_fast.py, tested equal)
+    feat = _fast.depthwise_conv2d(img, weight, bias, channels_last=True)
+    feat += img
+    out[:, 1:] = feat.reshape(B, H * W, C)
+    return out
+
+
 def conv_pos_enc_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, size):
     """:func:`conv_pos_enc` -> (out, cache), through ``depthwise_conv2d_forward``."""
     H, W = validation.check_token_grid(np.shape(x), size)
@@ -227,6 +183,39 @@ def conv_pos_enc_backward(dout: np.ndarray, cache: Cache):
     return dx, dweight, dbias
 
 
+def crpe_conv(v_img: np.ndarray, weights, biases, head_dim: int) -> np.ndarray:
+    """CRPE's convolution of V: each head group with its own window.
+
+    v_img: (B, H, W, h·d), channels head-major (head 0 owns channels 0..d-1);
+    weights[i]: (heads_i·d, 1, k_i, k_i), biases[i]: (heads_i·d,), in head order  ->  (B, H, W, h·d)
+    """
+    v_img = np.asarray(v_img)
+    start = 0
+    for w in weights:
+        stop = start + w.shape[0]
+        if w.shape[0] % head_dim:
+            raise ValueError(f"CRPE conv with {w.shape[0]} channels does not hold whole heads of "
+                             f"{head_dim} channels")
+        _check_depthwise(v_img[..., start:stop].shape, w.shape, channels_last=True)
+        start = stop
+    if start != v_img.shape[-1]:
+        raise ValueError(f"CRPE convs cover {start} channels, but v has {v_img.shape[-1]}")
+    return _crpe_conv(v_img, weights, biases, head_dim)
+
+
+def _crpe_conv(v_img, weights, biases, head_dim: int):
+    """:func:`crpe_conv`'s formula, unchecked."""
+    out = np.empty(v_img.shape, dtype=np.result_type(v_img, np.float32))
+    start = 0
+    for w, b in zip(weights, biases):  # one depthwise conv per window (head group)
+        stop = start + w.shape[0]
+        # depthwise_conv2d's faster twin (numpy_nn/_fast.py, tested equal)
+        out[..., start:stop] = _fast.depthwise_conv2d(v_img[..., start:stop], w, b,
+                                                      channels_last=True)
+        start = stop
+    return out
+
+
 def crpe_conv_forward(v_img: np.ndarray, weights, biases, head_dim: int):
     """:func:`crpe_conv` -> (out, cache)."""
     out = crpe_conv(v_img, weights, biases, head_dim)
@@ -250,6 +239,31 @@ def crpe_conv_backward(dout: np.ndarray, cache: Cache):
         dbiases.append(db)
         start = stop
     return dv, dweights, dbiases
+
+
+def _check_crpe_input(q: np.ndarray, v: np.ndarray, size) -> tuple[int, int]:
+    """q and v (B, h, 1 + H·W, d) that fit ``size``; returns (H, W)."""
+    H, W = validation.to_2tuple(size, "size")
+    if q.shape[2] != 1 + H * W or v.shape != q.shape:
+        raise ValueError(f"q and v must have shape (B, h, 1 + H·W, d) = (B, h, {1 + H * W}, d) "
+                         f"for size {(H, W)}, got {q.shape} and {v.shape}")
+    return H, W
+
+
+def conv_rel_pos_enc(q: np.ndarray, v: np.ndarray, size, weights, biases) -> np.ndarray:
+    """Convolutional relative position encoding: ``EV = Q_img ⊙ conv(V_img)``, zero class row.
+
+    q, v: (B, h, 1 + H·W, d) (the class token first); size: (H, W); weights/biases: the
+    head groups' depthwise convs (``crpe.conv_list.i.weight`` (heads_i·d, 1, k_i, k_i))
+    ->  (B, h, 1 + H·W, d), row 0 zero (the class token has no relative position).
+    """
+    B, h, N, d = q.shape
+    H, W = _check_crpe_input(q, v, size)
+    v_img = np.moveaxis(v[:, :, 1:], 1, 2).reshape(B, H, W, h * d)  # (B, H, W, h·d), head-major
+    conv_v = crpe_conv(v_img, weights, biases, d).reshape(B, H * W, h, d)
+    ev = np.zeros(q.shape, dtype=np.result_type(q, conv_v))
+    ev[:, :, 1:] = q[:, :, 1:] * np.moveaxis(conv_v, 2, 1)
+    return ev
 
 
 def conv_rel_pos_enc_forward(q: np.ndarray, v: np.ndarray, size, weights, biases):

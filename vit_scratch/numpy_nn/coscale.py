@@ -35,19 +35,23 @@ coarse and coarse to fine, in one of two ways (``parallel_mode``):
   scale's output is its plain conv-attention; gradients reach every scale from every scale.
 
 Afterwards both variants add the result to x_i and apply one MLP shared by the three scales.
+
+Each function is followed by its ``_forward`` and ``_backward`` (CS231n's pairing); a public
+function checks its arguments and calls its unchecked core ``_f``, which the CoaT model calls.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .. import validation
+from ..specs.coat import PARALLEL_MODES
 from .backprop import Cache, check_backward
-from .factorized_attention import (conv_attend, conv_attend_backward, conv_attend_forward,
-                                   conv_attention, conv_attention_backward,
+from .factorized_attention import (_conv_attend, _conv_attention, conv_attend_backward,
+                                   conv_attend_forward, conv_attention_backward,
                                    conv_attention_forward, crpe_params, split_qkv)
-from .layers import (drop_path_backward, drop_path_forward, layer_norm, layer_norm_backward,
-                     layer_norm_forward, linear, linear_backward, linear_forward, mlp,
-                     mlp_backward, mlp_forward)
+from .layers import (_layer_norm, _linear, _mlp, drop_path_backward, drop_path_forward,
+                     layer_norm_backward, layer_norm_forward, linear_backward, linear_forward,
+                     mlp_backward, mlp_forward, mlp_grads, mlp_params)
 
 PARALLEL_SCALES = (2, 3, 4)
 
@@ -117,102 +121,6 @@ def bilinear_resize(x: np.ndarray, size=None, scale_factor=None, axes=(-2, -1)) 
     return along(wh0, ah) * blend_w(top) + along(wh1, ah) * blend_w(bottom)
 
 
-def interpolate_tokens(x: np.ndarray, size, scale_factor: float) -> np.ndarray:
-    """Feature interpolation on tokens: the image tokens resized bilinearly, the class token
-    carried as it is.
-
-    x: (B, 1 + H·W, C), size: (H, W) of x's grid  ->  (B, 1 + H'·W', C), (H', W') =
-    floor((H, W) · scale_factor)
-    """
-    H, W = validation.check_token_grid(np.shape(x), size)
-    B, N, C = x.shape
-    img = bilinear_resize(x[:, 1:].reshape(B, H, W, C), scale_factor=scale_factor, axes=(1, 2))
-    return np.concatenate([x[:, :1], img.reshape(B, img.shape[1] * img.shape[2], C)], axis=1)
-
-
-def _factor(src: int, dst: int) -> float:
-    """Scale factor from scale ``src``'s grid to scale ``dst``'s (each scale halves the grid)."""
-    return 2.0 ** (src - dst)
-
-
-def parallel_block(xs, p: dict, sizes, num_heads: int, mode: str = "interpolation",
-                   records: list | None = None):
-    """One co-scale parallel block on scales 2-4 (see the module docstring).
-
-    xs: [x2, x3, x4], each (B, 1 + H_s·W_s, C), after the scales' CPE; p: the block's params with
-    keys relative to it (``norm12.weight``, ``factoratt_crpe2.qkv.weight``, ``mlp2.fc1.weight``,
-    ...); sizes: [(H2, W2), (H3, W3), (H4, W4)]; mode: ``"interpolation"`` or
-    ``"cross_attention"``  ->  [x2, x3, x4]
-    """
-    if mode not in ("interpolation", "cross_attention"):
-        raise ValueError(f"mode must be 'interpolation' or 'cross_attention', got {mode!r}")
-    normed = [layer_norm(x, p[f"norm1{s}.weight"], p[f"norm1{s}.bias"])
-              for x, s in zip(xs, PARALLEL_SCALES)]
-    att = {s: {k[len(f"factoratt_crpe{s}."):]: v for k, v in p.items()
-               if k.startswith(f"factoratt_crpe{s}.")} for s in PARALLEL_SCALES}
-    if mode == "interpolation":
-        c2, c3, c4 = (conv_attention(u, att[s], num_heads, size, records)
-                      for u, s, size in zip(normed, PARALLEL_SCALES, sizes))
-        S2, S3, S4 = sizes
-        cur = [c2 + interpolate_tokens(c3, S3, 2.0) + interpolate_tokens(c4, S4, 4.0),
-               c3 + interpolate_tokens(c4, S4, 2.0) + interpolate_tokens(c2, S2, 0.5),
-               c4 + interpolate_tokens(c3, S3, 0.5) + interpolate_tokens(c2, S2, 0.25)]
-    else:
-        cur = cross_scale_attention(normed, att, sizes, num_heads, records)
-    out = []
-    for x, c, s in zip(xs, cur, PARALLEL_SCALES):
-        x = x + c
-        h = layer_norm(x, p[f"norm2{s}.weight"], p[f"norm2{s}.bias"])
-        out.append(x + mlp(h, p[f"mlp{s}.fc1.weight"], p[f"mlp{s}.fc1.bias"],
-                           p[f"mlp{s}.fc2.weight"], p[f"mlp{s}.fc2.bias"]))
-    return out
-
-
-def cross_scale_attention(normed, att: dict, sizes, num_heads: int, records: list | None = None):
-    """Direct cross-layer attention (``parallel_mode="cross_attention"``), before the residual.
-
-    normed: [u2, u3, u4] normalised tokens (B, 1 + H_s·W_s, C); att: per scale, its
-    conv-attention params (``{2: {"qkv.weight": ...}, ...}``); sizes: the three grids
-    ->  [c2, c3, c4], each scale's projected sum of conv-attentions over the three sources.
-    Only the within-scale term is recorded in ``records``.
-    """
-    qkv = {s: split_qkv(u, att[s]["qkv.weight"], att[s].get("qkv.bias"))
-           for u, s in zip(normed, PARALLEL_SCALES)}
-    size = dict(zip(PARALLEL_SCALES, sizes))
-    out = []
-    for i in PARALLEL_SCALES:
-        q, k, v = qkv[i]
-        weights, biases = crpe_params(att[i])
-        acc = conv_attend(q, k, v, size[i], num_heads, weights, biases, records)
-        for j in PARALLEL_SCALES:
-            if j != i:
-                f = _factor(j, i)
-                k_ji = interpolate_tokens(qkv[j][1], size[j], f)
-                v_ji = interpolate_tokens(qkv[j][2], size[j], f)
-                acc += conv_attend(q, k_ji, v_ji, size[i], num_heads, weights, biases)
-        out.append(linear(acc, att[i]["proj.weight"], att[i]["proj.bias"]))
-    return out
-
-
-# --- backward passes ----------------------------------------------------------------------------
-# ``f_forward -> (out, cache)``, ``f_backward(dout, cache) -> gradients`` (the pattern of
-# ``vit_scratch.numpy_nn.backprop``); a dict of parameters gets a dict of gradients, same keys.
-
-_MLP = ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")
-
-
-def resize_matrix(in_size: int, out_size: int, ratio: float, dtype) -> np.ndarray:
-    """1-D linear resizing as a matrix M (out_size, in_size): ``M @ x`` resizes x along one
-    axis exactly as :func:`bilinear_resize` does (the same taps and weights); each row has at
-    most two non-zero entries, summing to 1."""
-    i0, i1, w0, w1 = _linear_taps(in_size, out_size, ratio, dtype)
-    m = np.zeros((out_size, in_size), dtype=dtype)
-    rows = np.arange(out_size)
-    np.add.at(m, (rows, i0), w0)
-    np.add.at(m, (rows, i1), w1)
-    return m
-
-
 def bilinear_resize_forward(x: np.ndarray, size=None, scale_factor=None, axes=(-2, -1)):
     """:func:`bilinear_resize` -> (out, cache)."""
     out = bilinear_resize(x, size=size, scale_factor=scale_factor, axes=axes)
@@ -240,6 +148,37 @@ def bilinear_resize_backward(dout: np.ndarray, cache: Cache) -> np.ndarray:
     return np.moveaxis(np.tensordot(m_w.T, np.moveaxis(dx, aw, 0), axes=1), 0, aw)  # W' -> W
 
 
+def resize_matrix(in_size: int, out_size: int, ratio: float, dtype) -> np.ndarray:
+    """1-D linear resizing as a matrix M (out_size, in_size): ``M @ x`` resizes x along one
+    axis exactly as :func:`bilinear_resize` does (the same taps and weights); each row has at
+    most two non-zero entries, summing to 1."""
+    i0, i1, w0, w1 = _linear_taps(in_size, out_size, ratio, dtype)
+    m = np.zeros((out_size, in_size), dtype=dtype)
+    rows = np.arange(out_size)
+    np.add.at(m, (rows, i0), w0)
+    np.add.at(m, (rows, i1), w1)
+    return m
+
+
+def interpolate_tokens(x: np.ndarray, size, scale_factor: float) -> np.ndarray:
+    """Feature interpolation on tokens: the image tokens resized bilinearly, the class token
+    carried as it is.
+
+    x: (B, 1 + H·W, C), size: (H, W) of x's grid  ->  (B, 1 + H'·W', C), (H', W') =
+    floor((H, W) · scale_factor)
+    """
+    x = np.asarray(x)
+    H, W = validation.check_token_grid(x.shape, size)
+    return _interpolate_tokens(x, (H, W), scale_factor)
+
+
+def _interpolate_tokens(x, size, scale_factor: float):
+    """:func:`interpolate_tokens`' formula, unchecked (``size`` a pair)."""
+    (H, W), (B, _, C) = size, x.shape
+    img = bilinear_resize(x[:, 1:].reshape(B, H, W, C), scale_factor=scale_factor, axes=(1, 2))
+    return np.concatenate([x[:, :1], img.reshape(B, img.shape[1] * img.shape[2], C)], axis=1)
+
+
 def interpolate_tokens_forward(x: np.ndarray, size, scale_factor: float):
     """:func:`interpolate_tokens` -> (out, cache), through ``bilinear_resize_forward``."""
     B, N, C = x.shape
@@ -261,17 +200,64 @@ def interpolate_tokens_backward(dout: np.ndarray, cache: Cache) -> np.ndarray:
     return np.concatenate([dout[:, :1], dimg.reshape(B, -1, C)], axis=1)
 
 
+def _factor(src: int, dst: int) -> float:
+    """Scale factor from scale ``src``'s grid to scale ``dst``'s (each scale halves the grid)."""
+    return 2.0 ** (src - dst)
+
+
 def _attention_params(p: dict) -> dict:
     return {s: {k[len(f"factoratt_crpe{s}."):]: v for k, v in p.items()
                 if k.startswith(f"factoratt_crpe{s}.")} for s in PARALLEL_SCALES}
+
+
+def parallel_block(xs, p: dict, sizes, num_heads: int, mode: str = "interpolation",
+                   records: list | None = None):
+    """One co-scale parallel block on scales 2-4 (see the module docstring).
+
+    xs: [x2, x3, x4], each (B, 1 + H_s·W_s, C), after the scales' CPE; p: the block's params with
+    keys relative to it (``norm12.weight``, ``factoratt_crpe2.qkv.weight``, ``mlp2.fc1.weight``,
+    ...); sizes: [(H2, W2), (H3, W3), (H4, W4)]; mode: ``"interpolation"`` or
+    ``"cross_attention"``  ->  [x2, x3, x4]
+    """
+    validation.check_choice(mode, "mode", PARALLEL_MODES)
+    if len(xs) != 3 or len(sizes) != 3:
+        raise ValueError(f"a parallel block takes the three scales 2-4, got {len(xs)} arrays "
+                         f"and {len(sizes)} sizes")
+    xs = [np.asarray(x) for x in xs]
+    sizes = [validation.check_token_grid(x.shape, size, f"x{s}", np.shape(p[f"norm1{s}.weight"])[0])
+             for x, size, s in zip(xs, sizes, PARALLEL_SCALES)]
+    validation.head_dim(xs[0].shape[-1], num_heads)
+    return _parallel_block(xs, p, sizes, num_heads, mode, records)
+
+
+def _parallel_block(xs, p: dict, sizes, num_heads: int, mode: str = "interpolation",
+                    records: list | None = None):
+    """:func:`parallel_block`'s formula, unchecked (``sizes`` pairs)."""
+    normed = [_layer_norm(x, p[f"norm1{s}.weight"], p[f"norm1{s}.bias"])
+              for x, s in zip(xs, PARALLEL_SCALES)]
+    att = _attention_params(p)
+    if mode == "interpolation":
+        c2, c3, c4 = (_conv_attention(u, att[s], num_heads, size, records)
+                      for u, s, size in zip(normed, PARALLEL_SCALES, sizes))
+        S2, S3, S4 = sizes
+        cur = [c2 + _interpolate_tokens(c3, S3, 2.0) + _interpolate_tokens(c4, S4, 4.0),
+               c3 + _interpolate_tokens(c4, S4, 2.0) + _interpolate_tokens(c2, S2, 0.5),
+               c4 + _interpolate_tokens(c3, S3, 0.5) + _interpolate_tokens(c2, S2, 0.25)]
+    else:
+        cur = cross_scale_attention(normed, att, sizes, num_heads, records)
+    out = []
+    for x, c, s in zip(xs, cur, PARALLEL_SCALES):
+        x = x + c
+        h = _layer_norm(x, p[f"norm2{s}.weight"], p[f"norm2{s}.bias"])
+        out.append(x + _mlp(h, *mlp_params(p, f"mlp{s}.")))
+    return out
 
 
 def parallel_block_forward(xs, p: dict, sizes, num_heads: int, mode: str = "interpolation",
                            drop_path_masks=None):
     """:func:`parallel_block` -> ([x2, x3, x4], cache).  ``drop_path_masks``: None, or per
     scale the (B,) factors of ``layers.drop_path_mask`` for the attention and the MLP branch."""
-    if mode not in ("interpolation", "cross_attention"):
-        raise ValueError(f"mode must be 'interpolation' or 'cross_attention', got {mode!r}")
+    validation.check_choice(mode, "mode", PARALLEL_MODES)
     masks = drop_path_masks or [(None, None)] * len(PARALLEL_SCALES)
     normed, c_norm1 = zip(*(layer_norm_forward(x, p[f"norm1{s}.weight"], p[f"norm1{s}.bias"])
                             for x, s in zip(xs, PARALLEL_SCALES)))
@@ -302,7 +288,7 @@ def parallel_block_forward(xs, p: dict, sizes, num_heads: int, mode: str = "inte
         x = x + c
         h, cache = layer_norm_forward(x, p[f"norm2{s}.weight"], p[f"norm2{s}.bias"])
         c_norm2.append(cache)
-        h, cache = mlp_forward(h, *(p[f"mlp{s}.{k}"] for k in _MLP))
+        h, cache = mlp_forward(h, *mlp_params(p, f"mlp{s}."))
         c_mlp.append(cache)
         h, cache = drop_path_forward(h, m2)
         c_dp2.append(cache)
@@ -326,7 +312,7 @@ def parallel_block_backward(douts, cache: Cache):
         dy = douts[i]
         dh = drop_path_backward(dy, cache.drop_path2[i])
         dh, *d_mlp = mlp_backward(dh, cache.mlp[i])
-        g.update({f"mlp{s}.{k}": v for k, v in zip(_MLP, d_mlp)})
+        g.update(mlp_grads(d_mlp, f"mlp{s}."))
         dx, g[f"norm2{s}.weight"], g[f"norm2{s}.bias"] = layer_norm_backward(dh, cache.norm2[i])
         dx += dy
         dxs.append(dx)
@@ -349,6 +335,33 @@ def parallel_block_backward(douts, cache: Cache):
                                                                              cache.norm1[i])
         dxs[i] = dxs[i] + dx
     return dxs, g
+
+
+def cross_scale_attention(normed, att: dict, sizes, num_heads: int, records: list | None = None):
+    """Direct cross-layer attention (``parallel_mode="cross_attention"``), before the residual.
+
+    normed: [u2, u3, u4] normalised tokens (B, 1 + H_s·W_s, C); att: per scale, its
+    conv-attention params (``{2: {"qkv.weight": ...}, ...}``); sizes: the three grids
+    ->  [c2, c3, c4], each scale's projected sum of conv-attentions over the three sources.
+    Only the within-scale term is recorded in ``records``.  A step of :func:`parallel_block`,
+    which checks the arrays: unchecked.
+    """
+    qkv = {s: split_qkv(u, att[s]["qkv.weight"], att[s].get("qkv.bias"))
+           for u, s in zip(normed, PARALLEL_SCALES)}
+    size = dict(zip(PARALLEL_SCALES, sizes))
+    out = []
+    for i in PARALLEL_SCALES:
+        q, k, v = qkv[i]
+        weights, biases = crpe_params(att[i])
+        acc = _conv_attend(q, k, v, size[i], num_heads, weights, biases, records)
+        for j in PARALLEL_SCALES:
+            if j != i:
+                f = _factor(j, i)
+                k_ji = _interpolate_tokens(qkv[j][1], size[j], f)
+                v_ji = _interpolate_tokens(qkv[j][2], size[j], f)
+                acc += _conv_attend(q, k_ji, v_ji, size[i], num_heads, weights, biases)
+        out.append(_linear(acc, att[i]["proj.weight"], att[i]["proj.bias"]))
+    return out
 
 
 def cross_scale_attention_forward(normed, att: dict, sizes, num_heads: int):

@@ -24,6 +24,9 @@ factorized term only::
 The model calls the token-layout functions (:func:`split_qkv`, :func:`conv_attend`): queries,
 keys and values stay (B, N, C) views of one ``qkv`` array, heads are formed only for the small
 d×d summaries.
+
+Each function is followed by its ``_forward`` and ``_backward`` (CS231n's pairing); a public
+function checks its arguments and calls its unchecked core ``_f``, which the CoaT model calls.
 """
 from __future__ import annotations
 
@@ -34,9 +37,9 @@ from einops import rearrange
 
 from .. import validation
 from .backprop import Cache, check_backward
-from .conv_position_encoding import crpe_conv, crpe_conv_backward, crpe_conv_forward
-from .layers import (linear, linear_backward, linear_forward, softmax, softmax_backward,
-                     softmax_forward)
+from .conv_position_encoding import _crpe_conv, crpe_conv_backward, crpe_conv_forward
+from .layers import (_linear, _softmax, linear_backward, linear_forward, softmax,
+                     softmax_backward, softmax_forward)
 
 
 def key_softmax(k: np.ndarray, axis: int = -2) -> np.ndarray:
@@ -60,11 +63,45 @@ def factorized_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
     return (q @ summary) * np.asarray(scale, dtype=summary.dtype)
 
 
+def factorized_attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                                 scale: float | None = None):
+    """:func:`factorized_attention` -> (out, cache), through ``softmax_forward``."""
+    if k.shape[-2] != v.shape[-2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"factorized attention needs q (..., N_q, d), k (..., N_k, d) and "
+                         f"v (..., N_k, d_v), got {q.shape}, {k.shape}, {v.shape}")
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    ks, c_soft = softmax_forward(k, axis=-2)  # key_softmax: over the tokens
+    summary = np.swapaxes(ks, -1, -2) @ v  # (..., d, d_v)
+    out = (q @ summary) * np.asarray(scale, dtype=summary.dtype)
+    return out, Cache("factorized_attention", out, q=q, v=v, ks=ks, softmax=c_soft,
+                      summary=summary, scale=scale)
+
+
+def factorized_attention_backward(dout: np.ndarray, cache: Cache):
+    """With K̃ = softmax(k) over the tokens (each channel a distribution), G = K̃ᵀ v (d×d_v)
+    and O = s · q G:
+
+        ∂L/∂q = s · dO Gᵀ,   ∂L/∂G = s · qᵀ dO,
+        ∂L/∂v = K̃ ∂L/∂G,    ∂L/∂K̃ = v (∂L/∂G)ᵀ,
+        ∂L/∂k = K̃ ⊙ (∂L/∂K̃ - Σ_n ∂L/∂K̃ ⊙ K̃)   (softmax's backward, the sum over the tokens)
+
+    No N×N matrix appears: O(N·d²), like the forward.  -> (dq, dk, dv)."""
+    dout = check_backward("factorized_attention", dout, cache)
+    q, v, ks, G = cache.q, cache.v, cache.ks, cache.summary
+    s = np.asarray(cache.scale, dtype=dout.dtype)
+    dq = (dout @ np.swapaxes(G, -1, -2)) * s
+    dG = (np.swapaxes(q, -1, -2) @ dout) * s  # (..., d, d_v)
+    dv = ks @ dG
+    dk = softmax_backward(v @ np.swapaxes(dG, -1, -2), cache.softmax)
+    return dq, dk, dv
+
+
 def split_qkv(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None):
     """x (B, N, C) -> q, k, v, each (B, N, C): column views of one (B, N, 3C) projection whose
-    output channels are [q; k; v], each head-major (timm's layout)."""
+    output channels are [q; k; v], each head-major (timm's layout).  Unchecked: the
+    conv-attention's step (:func:`conv_attention` checks ``x``)."""
     C = x.shape[-1]
-    qkv = linear(x, weight, bias)  # (B, N, 3C)
+    qkv = _linear(x, weight, bias)  # (B, N, 3C)
     return qkv[..., :C], qkv[..., C:2 * C], qkv[..., 2 * C:]
 
 
@@ -114,79 +151,26 @@ def conv_attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, size, num_heads: in
     The heads are never split into a (B, h, N, d) copy: ``einsum`` reads them as a reshape
     view of the channels and only the (B, h, d, d) summaries are per-head arrays.
     """
+    H, W, _ = _check_attend_input(q, k, v, size, num_heads)
+    return _conv_attend(q, k, v, (H, W), num_heads, crpe_weights, crpe_biases, records)
+
+
+def _conv_attend(q, k, v, size, num_heads: int, crpe_weights, crpe_biases, records=None):
+    """:func:`conv_attend`'s formula, unchecked (``size`` a pair)."""
     B, N, C = q.shape
-    H, W, d = _check_attend_input(q, k, v, size, num_heads)
+    (H, W), d = size, C // num_heads
     scale = np.asarray(d ** -0.5, dtype=q.dtype)
-    ks = key_softmax(k, axis=1)  # (B, N, C): per channel, a distribution over the tokens
+    ks = _softmax(k, axis=1)  # key_softmax: per channel, a distribution over the tokens
     summary = head_summaries(ks, v, num_heads) * scale  # (B, h, d, d)
     q_h = q.reshape(B, N, num_heads, d)  # a view
     out = np.einsum("bnhd,bhde->bnhe", q_h, summary, optimize=True).reshape(B, N, C)
-    conv_v = crpe_conv(v[:, 1:].reshape(B, H, W, C), crpe_weights, crpe_biases, d)
+    conv_v = _crpe_conv(v[:, 1:].reshape(B, H, W, C), crpe_weights, crpe_biases, d)
     out[:, 1:] += q[:, 1:] * conv_v.reshape(B, H * W, C)  # EV; the class token's row is zero
     if records is not None:
         records.append(FactorizedAttentionRecord(
             key_softmax=rearrange(ks, "b n (h d) -> b h n d", h=num_heads),
             class_query=rearrange(q_h[:, :1], "b one h d -> b h one d") * scale, size=(H, W)))
     return out
-
-
-def crpe_params(p: dict, prefix: str = "crpe."):
-    """The CRPE convs' weights and biases from a conv-attention's params, in order."""
-    n = sum(1 for key in p if key.startswith(prefix + "conv_list.") and key.endswith(".weight"))
-    return ([p[f"{prefix}conv_list.{i}.weight"] for i in range(n)],
-            [p[f"{prefix}conv_list.{i}.bias"] for i in range(n)])
-
-
-def conv_attention(x: np.ndarray, p: dict, num_heads: int, size,
-                   records: list | None = None) -> np.ndarray:
-    """CoaT's conv-attention (timm's ``FactorAttnConvRelPosEnc``).
-
-    x: (B, 1 + H·W, C) normalised tokens; p: its params with keys relative to the module
-    (``qkv.weight`` (3C, C), ``qkv.bias``, ``proj.weight``, ``proj.bias``,
-    ``crpe.conv_list.i.weight``/``bias``); size: (H, W)  ->  (B, 1 + H·W, C)
-    """
-    q, k, v = split_qkv(x, p["qkv.weight"], p.get("qkv.bias"))
-    weights, biases = crpe_params(p)
-    out = conv_attend(q, k, v, size, num_heads, weights, biases, records)
-    return linear(out, p["proj.weight"], p["proj.bias"])
-
-
-# --- backward passes ----------------------------------------------------------------------------
-# ``f_forward -> (out, cache)``, ``f_backward(dout, cache) -> gradients`` (the pattern of
-# ``vit_scratch.numpy_nn.backprop``); a dict of parameters gets a dict of gradients, same keys.
-
-
-def factorized_attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                                 scale: float | None = None):
-    """:func:`factorized_attention` -> (out, cache), through ``softmax_forward``."""
-    if k.shape[-2] != v.shape[-2] or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"factorized attention needs q (..., N_q, d), k (..., N_k, d) and "
-                         f"v (..., N_k, d_v), got {q.shape}, {k.shape}, {v.shape}")
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    ks, c_soft = softmax_forward(k, axis=-2)  # key_softmax: over the tokens
-    summary = np.swapaxes(ks, -1, -2) @ v  # (..., d, d_v)
-    out = (q @ summary) * np.asarray(scale, dtype=summary.dtype)
-    return out, Cache("factorized_attention", out, q=q, v=v, ks=ks, softmax=c_soft,
-                      summary=summary, scale=scale)
-
-
-def factorized_attention_backward(dout: np.ndarray, cache: Cache):
-    """With K̃ = softmax(k) over the tokens (each channel a distribution), G = K̃ᵀ v (d×d_v)
-    and O = s · q G:
-
-        ∂L/∂q = s · dO Gᵀ,   ∂L/∂G = s · qᵀ dO,
-        ∂L/∂v = K̃ ∂L/∂G,    ∂L/∂K̃ = v (∂L/∂G)ᵀ,
-        ∂L/∂k = K̃ ⊙ (∂L/∂K̃ - Σ_n ∂L/∂K̃ ⊙ K̃)   (softmax's backward, the sum over the tokens)
-
-    No N×N matrix appears: O(N·d²), like the forward.  -> (dq, dk, dv)."""
-    dout = check_backward("factorized_attention", dout, cache)
-    q, v, ks, G = cache.q, cache.v, cache.ks, cache.summary
-    s = np.asarray(cache.scale, dtype=dout.dtype)
-    dq = (dout @ np.swapaxes(G, -1, -2)) * s
-    dG = (np.swapaxes(q, -1, -2) @ dout) * s  # (..., d, d_v)
-    dv = ks @ dG
-    dk = softmax_backward(v @ np.swapaxes(dG, -1, -2), cache.softmax)
-    return dq, dk, dv
 
 
 def conv_attend_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, size, num_heads: int,
@@ -229,6 +213,35 @@ def conv_attend_backward(dout: np.ndarray, cache: Cache):
     dv_img, dweights, dbiases = crpe_conv_backward(dconv, cache.conv)
     dv[:, 1:] += dv_img.reshape(B, N - 1, C)
     return dq, dk, dv, dweights, dbiases
+
+
+def crpe_params(p: dict, prefix: str = "crpe."):
+    """The CRPE convs' weights and biases from a conv-attention's params, in order."""
+    n = sum(1 for key in p if key.startswith(prefix + "conv_list.") and key.endswith(".weight"))
+    return ([p[f"{prefix}conv_list.{i}.weight"] for i in range(n)],
+            [p[f"{prefix}conv_list.{i}.bias"] for i in range(n)])
+
+
+def conv_attention(x: np.ndarray, p: dict, num_heads: int, size,
+                   records: list | None = None) -> np.ndarray:
+    """CoaT's conv-attention (timm's ``FactorAttnConvRelPosEnc``).
+
+    x: (B, 1 + H·W, C) normalised tokens; p: its params with keys relative to the module
+    (``qkv.weight`` (3C, C), ``qkv.bias``, ``proj.weight``, ``proj.bias``,
+    ``crpe.conv_list.i.weight``/``bias``); size: (H, W)  ->  (B, 1 + H·W, C)
+    """
+    x = np.asarray(x)
+    H, W = validation.check_token_grid(x.shape, size, "x", np.shape(p["qkv.weight"])[1])
+    validation.head_dim(x.shape[-1], num_heads)
+    return _conv_attention(x, p, num_heads, (H, W), records)
+
+
+def _conv_attention(x, p: dict, num_heads: int, size, records=None):
+    """:func:`conv_attention`'s formula, unchecked (``size`` a pair)."""
+    q, k, v = split_qkv(x, p["qkv.weight"], p.get("qkv.bias"))
+    weights, biases = crpe_params(p)
+    out = _conv_attend(q, k, v, size, num_heads, weights, biases, records)
+    return _linear(out, p["proj.weight"], p["proj.bias"])
 
 
 def conv_attention_forward(x: np.ndarray, p: dict, num_heads: int, size):

@@ -16,24 +16,50 @@ A residual block adds a branch f (attention or MLP) to its input.  The forms Cai
 Parameters are keyed like timm's ViT blocks (``norm1``, ``attn.qkv``, ``ls1.gamma``, ...);
 CaiT's own blocks name their LayerScale vectors ``gamma_1`` and ``gamma_2``
 (:func:`layerscale_block`).
+
+Each function is followed by its ``_forward`` and ``_backward`` (CS231n's pairing); a public
+function checks its arguments and calls its unchecked core ``_f``, which the CaiT model calls.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from .. import validation
 # the residual forms and the depth rule live in the (torch-free) spec; re-exported here
 from ..specs.cait import RESIDUAL_FORMS, check_residual, layerscale_init_value  # noqa: F401
-from .attention import (multi_head_attention, multi_head_attention_backward,
-                        multi_head_attention_forward, talking_heads_attention,
+from .attention import (_multi_head_attention, _talking_heads_attention, multi_head_attention,
+                        multi_head_attention_backward, multi_head_attention_forward,
                         talking_heads_attention_backward, talking_heads_attention_forward)
 from .backprop import Cache, check_backward
-from .layers import (drop_path_backward, drop_path_forward, layer_norm, layer_norm_backward,
-                     layer_norm_forward, mlp, mlp_backward, mlp_forward)
+from .layers import (_layer_norm, _mlp, drop_path_backward, drop_path_forward, layer_norm,
+                     layer_norm_backward, layer_norm_forward, mlp, mlp_backward, mlp_forward,
+                     mlp_grads, mlp_params)
+
 
 def layer_scale(x: np.ndarray, gamma: np.ndarray) -> np.ndarray:
     """diag(γ) applied to every token: x (..., C), gamma (C,) -> (..., C).  (A diagonal
     matrix times a vector is an elementwise product; nobody builds the C×C matrix.)"""
     return x * gamma.astype(x.dtype, copy=False)
+
+
+def layer_scale_forward(x: np.ndarray, gamma: np.ndarray):
+    """:func:`layer_scale` -> (out, cache)."""
+    out = layer_scale(x, gamma)
+    return out, Cache("layer_scale", out, x=x, gamma=gamma)
+
+
+def layer_scale_backward(dout: np.ndarray, cache: Cache):
+    """y = x ⊙ γ (γ per channel, the same at every token)  ⇒
+
+        ∂L/∂x = dy ⊙ γ,   ∂L/∂γ = Σ dy ⊙ x   (the sum over every token of every image)
+
+    -> (dx, dgamma (C,))."""
+    dout = check_backward("layer_scale", dout, cache)
+    x, gamma = cache.x, cache.gamma
+    dx = dout * gamma.astype(dout.dtype, copy=False)
+    C = x.shape[-1]
+    dgamma = np.einsum("mc,mc->c", dout.reshape(-1, C), x.reshape(-1, C))
+    return dx, dgamma
 
 
 def scalar_gate(x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
@@ -65,7 +91,7 @@ def residual_block(x: np.ndarray, p: dict, num_heads: int, residual: str = "laye
                                    return_attention=True)
     x = x + _scale(h, p, "ls1", kind)
     h2 = layer_norm(x, p["norm2.weight"], p["norm2.bias"]) if norm else x
-    h = mlp(h2, p["mlp.fc1.weight"], p["mlp.fc1.bias"], p["mlp.fc2.weight"], p["mlp.fc2.bias"])
+    h = mlp(h2, *mlp_params(p))
     x = x + _scale(h, p, "ls2", kind)
     return (x, attn) if return_attention else x
 
@@ -81,48 +107,30 @@ def layerscale_block(x: np.ndarray, p: dict, num_heads: int, talking_heads: bool
     (with ``talking_heads``: ``attn.proj_l.*``, ``attn.proj_w.*``), ``norm2.*``, ``mlp.*``
     ->  (B, N, C), and the attention weights (B, h, N, N) if ``return_attention``.
     """
-    h = layer_norm(x, p["norm1.weight"], p["norm1.bias"])
-    if talking_heads:
-        h, attn = talking_heads_attention(
-            h, p["attn.qkv.weight"], p.get("attn.qkv.bias"), p["attn.proj_l.weight"],
-            p["attn.proj_l.bias"], p["attn.proj_w.weight"], p["attn.proj_w.bias"],
-            p["attn.proj.weight"], p["attn.proj.bias"], num_heads, return_attention=True)
-    else:
-        h, attn = multi_head_attention(h, p["attn.qkv.weight"], p.get("attn.qkv.bias"),
-                                       p["attn.proj.weight"], p["attn.proj.bias"], num_heads,
-                                       return_attention=True)
-    x = x + layer_scale(h, p["gamma_1"])
-    x = x + layer_scale(mlp(layer_norm(x, p["norm2.weight"], p["norm2.bias"]),
-                            p["mlp.fc1.weight"], p["mlp.fc1.bias"], p["mlp.fc2.weight"],
-                            p["mlp.fc2.bias"]), p["gamma_2"])
+    x = np.asarray(x)
+    validation.check_tokens(x.shape, np.shape(p["norm1.weight"])[0], "x")
+    validation.head_dim(x.shape[-1], num_heads)
+    x, attn = _layerscale_block(x, p, num_heads, validation.check_bool(talking_heads,
+                                                                        "talking_heads"))
     return (x, attn) if return_attention else x
 
 
-# --- backward passes ----------------------------------------------------------------------------
-# ``f_forward -> (out, cache)``, ``f_backward(dout, cache) -> gradients`` (the pattern of
-# ``vit_scratch.numpy_nn.backprop``); a dict of parameters gets a dict of gradients, same keys.
-
-_MLP_KEYS = ("mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias")
-
-
-def layer_scale_forward(x: np.ndarray, gamma: np.ndarray):
-    """:func:`layer_scale` -> (out, cache)."""
-    out = layer_scale(x, gamma)
-    return out, Cache("layer_scale", out, x=x, gamma=gamma)
+def _attention_params(p: dict, talking_heads: bool) -> list:
+    """A block's attention arrays, in the argument order of ``talking_heads_attention`` (or of
+    ``multi_head_attention`` without talking heads)."""
+    heads = ["attn.proj_l.weight", "attn.proj_l.bias", "attn.proj_w.weight", "attn.proj_w.bias"]
+    return [p["attn.qkv.weight"], p.get("attn.qkv.bias"), *(p[k] for k in heads if talking_heads),
+            p["attn.proj.weight"], p["attn.proj.bias"]]
 
 
-def layer_scale_backward(dout: np.ndarray, cache: Cache):
-    """y = x ⊙ γ (γ per channel, the same at every token)  ⇒
-
-        ∂L/∂x = dy ⊙ γ,   ∂L/∂γ = Σ dy ⊙ x   (the sum over every token of every image)
-
-    -> (dx, dgamma (C,))."""
-    dout = check_backward("layer_scale", dout, cache)
-    x, gamma = cache.x, cache.gamma
-    dx = dout * gamma.astype(dout.dtype, copy=False)
-    C = x.shape[-1]
-    dgamma = np.einsum("mc,mc->c", dout.reshape(-1, C), x.reshape(-1, C))
-    return dx, dgamma
+def _layerscale_block(x, p: dict, num_heads: int, talking_heads: bool = True):
+    """:func:`layerscale_block`'s formula, unchecked: -> (out, the attention weights)."""
+    attention = _talking_heads_attention if talking_heads else _multi_head_attention
+    h, attn = attention(_layer_norm(x, p["norm1.weight"], p["norm1.bias"]),
+                        *_attention_params(p, talking_heads), num_heads)
+    x = x + layer_scale(h, p["gamma_1"])
+    h = _mlp(_layer_norm(x, p["norm2.weight"], p["norm2.bias"]), *mlp_params(p))
+    return x + layer_scale(h, p["gamma_2"]), attn
 
 
 def layerscale_block_forward(x: np.ndarray, p: dict, num_heads: int, talking_heads: bool = True,
@@ -131,20 +139,13 @@ def layerscale_block_forward(x: np.ndarray, p: dict, num_heads: int, talking_hea
     factors of ``layers.drop_path_mask`` for the attention and the MLP branch."""
     m1, m2 = drop_path_masks or (None, None)
     h, c_n1 = layer_norm_forward(x, p["norm1.weight"], p["norm1.bias"])
-    if talking_heads:
-        h, c_att = talking_heads_attention_forward(
-            h, p["attn.qkv.weight"], p.get("attn.qkv.bias"), p["attn.proj_l.weight"],
-            p["attn.proj_l.bias"], p["attn.proj_w.weight"], p["attn.proj_w.bias"],
-            p["attn.proj.weight"], p["attn.proj.bias"], num_heads)
-    else:
-        h, c_att = multi_head_attention_forward(h, p["attn.qkv.weight"], p.get("attn.qkv.bias"),
-                                                p["attn.proj.weight"], p["attn.proj.bias"],
-                                                num_heads)
+    attention = talking_heads_attention_forward if talking_heads else multi_head_attention_forward
+    h, c_att = attention(h, *_attention_params(p, talking_heads), num_heads)
     h, c_ls1 = layer_scale_forward(h, p["gamma_1"])
     h, c_dp1 = drop_path_forward(h, m1)
     x = x + h
     h, c_n2 = layer_norm_forward(x, p["norm2.weight"], p["norm2.bias"])
-    h, c_mlp = mlp_forward(h, *(p[k] for k in _MLP_KEYS))
+    h, c_mlp = mlp_forward(h, *mlp_params(p))
     h, c_ls2 = layer_scale_forward(h, p["gamma_2"])
     h, c_dp2 = drop_path_forward(h, m2)
     out = x + h
@@ -162,7 +163,7 @@ def layerscale_block_backward(dout: np.ndarray, cache: Cache):
     dh = drop_path_backward(dout, cache.drop_path2)
     dh, g["gamma_2"] = layer_scale_backward(dh, cache.ls2)
     dh, *d_mlp = mlp_backward(dh, cache.mlp)
-    g.update(zip(_MLP_KEYS, d_mlp))
+    g.update(mlp_grads(d_mlp))
     dx1, g["norm2.weight"], g["norm2.bias"] = layer_norm_backward(dh, cache.norm2)
     dx1 += dout
     dh = drop_path_backward(dx1, cache.drop_path1)

@@ -1,5 +1,6 @@
 """Training in the NumPy room: the loss and its gradients, AdamW, the learning-rate schedule and
-one optimisation step -- the PyTorch trainer's recipe (``vit_scratch.train``), written by hand.
+one optimisation step -- the PyTorch trainer's recipe (``vit_scratch.training.recipe``), written
+by hand.
 
     params = trainable_params(model)                       # {key: array}, updated in place
     optimizer = AdamW(params, weight_decay=0.3)            # decay as the PyTorch trainer's groups
@@ -32,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import validation
+from .. import checkpoint_checks
 from ..schedule import lr_at
 from .backprop import trainable_params
 from ._fast import split_batch
@@ -49,9 +50,19 @@ def decays(key: str, value: np.ndarray) -> bool:
     return value.ndim >= 2 and "." in key
 
 
+def check_rate(value, name: str) -> float:
+    """A learning rate, weight decay or eps: a finite number >= 0 (NaN, infinite and negative
+    values would turn the parameters into NaN or climb the loss)."""
+    if isinstance(value, bool) or not (isinstance(value, (int, float, np.floating))
+                                       and math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
 def _float_dtype(arrays: dict, what: str) -> np.dtype:
     """The one float dtype of ``arrays`` (float32 or float64), or a ``ValueError``."""
-    return np.dtype(validation.check_param_dtypes({k: v.dtype.name for k, v in arrays.items()}, what))
+    return np.dtype(checkpoint_checks.check_param_dtypes({k: v.dtype.name for k, v in arrays.items()},
+                                                         what))
 
 
 class AdamW:
@@ -83,8 +94,7 @@ class AdamW:
                                  f"place (copy them first)")
         self.dtype = _float_dtype(params, "AdamW params")
         for name, value in (("lr", lr), ("weight_decay", weight_decay), ("eps", eps)):
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+            check_rate(value, name)
         if not (len(betas) == 2 and all(0.0 <= b < 1.0 for b in betas)):
             raise ValueError(f"betas must be a pair in [0, 1), got {betas!r}")
         self.params = params
@@ -98,8 +108,9 @@ class AdamW:
 
     def step(self, grads: dict, lr: float | None = None) -> None:
         """Update every parameter that has a gradient in ``grads`` ({key: array}, the keys of
-        ``params``), with learning rate ``lr`` (default: the one given at construction)."""
-        lr = self.lr if lr is None else lr
+        ``params``), with learning rate ``lr`` (default: the one given at construction), checked
+        as the constructor checks it, before anything is updated."""
+        lr = self.lr if lr is None else check_rate(lr, "lr")
         unknown = [k for k in grads if k not in self.params]
         if unknown:
             raise ValueError(f"AdamW.step: gradients for keys it does not hold: {unknown[:5]}")
@@ -232,7 +243,9 @@ def train_step(model, optimizer: AdamW, images, labels, lr: float, label_smoothi
     Returns ``Step(loss, correct, cross_entropy)``, as the PyTorch trainer's ``train_step``.
 
     A loss or gradient that is not finite stops training with a ``FloatingPointError`` naming
-    the step, *before* the update: the weights stay those of the last good step."""
+    the step, *before* the update: the weights stay those of the last good step.  A learning
+    rate that is NaN, infinite or negative is refused before anything is computed."""
+    check_rate(lr, "lr")
     loss, grads, logits = loss_and_grads(model, images, labels, label_smoothing, rng, threads)
     step = optimizer.steps + 1
     if not math.isfinite(loss):

@@ -13,20 +13,21 @@ the trainer, checkpoints and plots never learn a family's name.
 Every family's config is a frozen dataclass that has at least the fields ``img_size``,
 ``in_chans`` and ``num_classes`` (the trainer sets those from the data) and mixes in
 :class:`ConfigMixin` for ``replace`` and validation: ``ConfigMixin.__post_init__`` checks every
-field against its type annotation (:func:`check_config_fields`: ``qkv_bias='False'``,
+field against its type annotation (``validation.check_config_fields``: ``qkv_bias='False'``,
 ``depth=2.0``, ``mlp_ratio=float('nan')`` are ``ValueError``s naming the field), then calls the
 family's ``validate()`` for ranges and consistency (written with the helpers of
 ``vit_scratch.validation``).  A family config defines ``validate``, not ``__post_init__``.
+A config is built -- and so validated -- once per ``create_model``: a model class takes the
+config it is given as it is (:meth:`ConfigMixin.build`), and a registered name builds its
+default config once (:attr:`ModelSpec.default`).
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import math
-import types
-import typing
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
 from .. import validation
 
@@ -39,114 +40,14 @@ IMAGENET_INCEPTION_STD = (0.5, 0.5, 0.5)
 #: The fields a config must have so the factory and the trainer can treat every family alike.
 COMMON_FIELDS = ("img_size", "in_chans", "num_classes")
 
+#: The token LayerNorms of ViT, CaiT and CoaT (timm's eps for them), in both rooms.
+LAYER_NORM_EPS = 1e-6
 
-def check_fields(cls, kwargs: dict) -> dict:
-    """``kwargs`` if every key is a field of the dataclass ``cls``; else a ``TypeError``
-    listing the fields it knows."""
-    known = [f.name for f in dataclasses.fields(cls)]
-    unknown = [k for k in kwargs if k not in known]
-    if unknown:
-        raise TypeError(
-            f"unknown argument(s) {', '.join(map(repr, unknown))} for {cls.__name__}; "
-            f"known: {', '.join(known)}"
-        )
-    return kwargs
-
-
-# --- the config machinery: every field checked against its annotation ------------------------
-
-
-def describe_type(tp) -> str:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is bool:
-        return "True or False"
-    if tp is int:
-        return "an int"
-    if tp is float:
-        return "a finite number"
-    if tp is str:
-        return "a str"
-    if tp is type(None):
-        return "None"
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return f"a tuple of {describe_type(args[0]).removeprefix('an ').removeprefix('a ')}s"
-        if len(set(args)) == 1 and args[0] in (int, float):
-            what = describe_type(args[0]).removeprefix("an ").removeprefix("a ") + "s"
-            return f"a pair of {what}" if len(args) == 2 else f"a tuple of {len(args)} {what}"
-        return f"a tuple ({', '.join(describe_type(a) for a in args)})"
-    if origin is typing.Literal:
-        return f"one of {args!r}"
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(describe_type(a) for a in args)
-    return getattr(tp, "__name__", str(tp))
-
-
-class _Unchecked(Exception):
-    """An annotation this layer does not know: the family's ``validate()`` checks the field."""
-
-
-def check_value(value, tp, name: str):
-    """``value`` checked against the annotation ``tp`` (and normalised: NumPy scalars become
-    Python ones, lists become tuples).  Annotations it does not know pass unchecked."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is bool:
-        return validation.check_bool(value, name)
-    if tp is int:
-        return validation.check_int(value, name, minimum=None)
-    if tp is float:
-        return validation.check_float(value, name)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ValueError(f"{name} must be a str, got {validation.describe_value(value)}")
-        return value
-    if tp is type(None):
-        if value is not None:
-            raise ValueError(f"{name} must be None, got {validation.describe_value(value)}")
-        return None
-    if origin is typing.Literal:
-        return validation.check_choice(value, name, args)
-    if origin is tuple:
-        if isinstance(value, str) or not isinstance(value, Sequence):
-            raise ValueError(f"{name} must be {describe_type(tp)}, "
-                             f"got {validation.describe_value(value)}")
-        if len(args) == 2 and args[1] is Ellipsis:
-            items = [(v, args[0]) for v in value]
-        elif len(args) != len(value):
-            raise ValueError(f"{name} must be {describe_type(tp)}, "
-                             f"got {validation.describe_value(value)}")
-        else:
-            items = list(zip(value, args))
-        return tuple(check_value(v, a, f"{name}[{i}]") for i, (v, a) in enumerate(items))
-    if origin in (typing.Union, types.UnionType):
-        for arm in args:  # the first arm that accepts the value wins
-            try:
-                return check_value(value, arm, name)
-            except ValueError:
-                continue
-        raise ValueError(f"{name} must be {describe_type(tp)}, "
-                         f"got {validation.describe_value(value)}")
-    raise _Unchecked(tp)
-
-
-@functools.lru_cache(maxsize=None)
-def _type_hints(cls) -> dict:
-    return typing.get_type_hints(cls)
-
-
-def check_config_fields(cfg) -> None:
-    """Check every field of the config dataclass ``cfg`` against its type annotation, in place
-    (a frozen dataclass is updated with ``object.__setattr__``).  ``ConfigMixin.__post_init__``
-    calls this for every family, before the family's own ranges (``validate()``)."""
-    hints = _type_hints(type(cfg))
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        try:
-            checked = check_value(value, hints.get(f.name, typing.Any), f.name)
-        except _Unchecked:
-            continue
-        if checked is not value:
-            object.__setattr__(cfg, f.name, checked)
+#: What the small ``*_digits`` configs expect: scikit-learn's 8×8 digits, values in [0, 1].
+#: ``input_size`` follows the config's img_size (:meth:`ModelSpec.pretrained_cfg_for`), so the
+#: trainer resizes the digits to whatever img_size a run uses.
+DIGITS_CFG = dict(input_size=(1, 8, 8), mean=(0.0,), std=(1.0,), crop_pct=1.0,
+                  interpolation="bilinear")
 
 
 class ConfigMixin:
@@ -157,7 +58,7 @@ class ConfigMixin:
     ``replace`` are a ``TypeError``."""
 
     def __post_init__(self):
-        check_config_fields(self)
+        validation.check_config_fields(self)
         self.validate()
 
     def validate(self) -> None:
@@ -168,18 +69,41 @@ class ConfigMixin:
         validation.check_int(self.num_classes, "num_classes", minimum=0)
 
     def replace(self, **changes):
-        return dataclasses.replace(self, **check_fields(type(self), changes))
+        return dataclasses.replace(self, **validation.check_fields(type(self), changes))
+
+    @property
+    def feature_info(self) -> list[dict]:
+        """timm's ``feature_info`` of the models: the maps ``forward_intermediates`` returns
+        (channels, stride, module); a family lists its own."""
+        return []
 
     @classmethod
     def build(cls, cfg=None, **kwargs):
-        """What a model class does with its arguments: ``cfg`` with ``kwargs`` replaced, or a
-        new config from ``kwargs`` alone (``Cait(embed_dim=192, depth=24)``)."""
-        return cls(**check_fields(cls, kwargs)) if cfg is None else cfg.replace(**kwargs)
+        """What a model class does with its arguments: ``cfg`` as it is (a config checked itself
+        when it was built), ``cfg`` with ``kwargs`` replaced, or a new config from ``kwargs``
+        alone (``Cait(embed_dim=192, depth=24)``)."""
+        if cfg is None:
+            return cls(**validation.check_fields(cls, kwargs))
+        if not isinstance(cfg, cls):
+            raise ValueError(f"cfg must be a {cls.__name__}, got {type(cfg).__name__}")
+        return cfg.replace(**kwargs) if kwargs else cfg
 
 
 class PatchGridMixin:
-    """Derived sizes of a single-scale, patch-based config (ViT, CaiT): it needs the fields
-    ``img_size``, ``patch_size``, ``embed_dim``, ``num_heads`` and ``mlp_ratio``."""
+    """Checks and derived sizes of a single-scale, patch-based config (ViT, CaiT): it needs the
+    fields ``img_size``, ``patch_size``, ``depth``, ``embed_dim``, ``num_heads`` and
+    ``mlp_ratio``.  Mixed in before :class:`ConfigMixin`."""
+
+    def validate(self) -> None:
+        """The image tiles into patches, the heads split the channels, the MLP has a hidden
+        unit; then the common fields (``ConfigMixin``)."""
+        validation.check_positive(self.patch_size, "patch_size")
+        validation.grid_size(self.img_size, self.patch_size)  # the error shows img_size as given
+        object.__setattr__(self, "img_size", validation.to_2tuple(self.img_size, "img_size"))
+        super().validate()  # in_chans, num_classes
+        validation.check_positive(self.depth, "depth")
+        validation.head_dim(self.embed_dim, self.num_heads)
+        validation.hidden_width(self.embed_dim, self.mlp_ratio, "mlp_ratio")  # >= 1 hidden unit
 
     @property
     def grid_size(self) -> tuple[int, int]:
@@ -198,6 +122,13 @@ class PatchGridMixin:
     @property
     def mlp_hidden(self) -> int:
         return validation.hidden_width(self.embed_dim, self.mlp_ratio)  # int(embed_dim * mlp_ratio), >= 1
+
+    @property
+    def feature_info(self) -> list[dict]:
+        """timm's ``feature_info``: every block's output, ``embed_dim`` channels at the patch
+        stride (what ``forward_intermediates`` returns)."""
+        return [dict(num_chs=self.embed_dim, reduction=self.patch_size, module=f"blocks.{i}")
+                for i in range(self.depth)]
 
 
 def num_params(shapes: dict[str, tuple[int, ...]]) -> int:
@@ -219,9 +150,15 @@ class ModelSpec:
     pretrained_cfg: dict
     doc: str = ""
 
+    @functools.cached_property
+    def default(self):
+        """The name's default config, built once."""
+        return self.default_config()
+
     def config(self, **kwargs):
-        """The default config with ``kwargs`` overriding its fields (unknown ones: ``TypeError``)."""
-        return self.default_config().replace(**kwargs)
+        """The default config with ``kwargs`` overriding its fields (unknown ones: ``TypeError``):
+        a new config, built and validated once."""
+        return self.default.replace(**kwargs)
 
     def pretrained_cfg_for(self, cfg) -> dict:
         """The name's pretrained_cfg, with ``input_size`` and ``num_classes`` those of ``cfg``

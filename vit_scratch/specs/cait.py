@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import validation
-from .base import (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, ConfigMixin, ModelTable,
-                   PatchGridMixin)
+from .base import (DIGITS_CFG, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, ConfigMixin,
+                   ModelTable, PatchGridMixin)
 from .vit import head_param_shapes, mlp_param_shapes
 
 #: The CaiT paper's initial LayerScale value by depth: (largest depth, ε).
@@ -95,18 +95,12 @@ class CaitConfig(PatchGridMixin, ConfigMixin):
     drop_path_rate: float = 0.0  # stochastic depth of each self-attention block
 
     def validate(self):
-        validation.check_positive(self.patch_size, "patch_size")
-        validation.grid_size(self.img_size, self.patch_size)  # the error shows img_size as given
-        object.__setattr__(self, "img_size", validation.to_2tuple(self.img_size, "img_size"))
-        super().validate()  # in_chans, num_classes
-        validation.check_positive(self.depth, "depth")
+        super().validate()  # the patch grid, heads, MLP (PatchGridMixin); in_chans, num_classes
         if self.depth_token_only < 1:
             raise ValueError(
                 f"depth_token_only must be an int >= 1 (CaiT needs at least one class-attention "
                 f"block to read the patch tokens into the class token), got "
                 f"{self.depth_token_only!r}")
-        validation.head_dim(self.embed_dim, self.num_heads)
-        validation.hidden_width(self.embed_dim, self.mlp_ratio, "mlp_ratio")
         validation.hidden_width(self.embed_dim, self.mlp_ratio_token_only, "mlp_ratio_token_only")
         if self.init_values is not None:
             validation.check_init_values(self.init_values)
@@ -236,12 +230,6 @@ def cait_s36_384() -> CaitConfig:
     """CaiT-S36 at 384²: 384 channels, 36 + 2 blocks, 8 heads (68.4 M parameters)."""
     return CaitConfig(img_size=384, patch_size=16, embed_dim=384, depth=36, num_heads=8,
                       init_values=1e-6)
-
-
-# scikit-learn's 8×8 digits, values in [0, 1] (the same preprocessing as vit_digits);
-# ``input_size`` follows the config's img_size, so the trainer resizes the digits to it.
-DIGITS_CFG = dict(input_size=(1, 8, 8), mean=(0.0,), std=(1.0,), crop_pct=1.0,
-                  interpolation="bilinear")
 
 
 @MODELS.register(pretrained_cfg=DIGITS_CFG)

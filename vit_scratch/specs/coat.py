@@ -27,12 +27,14 @@ import math
 from dataclasses import dataclass, field
 
 from .. import validation
-from .base import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, ConfigMixin, ModelTable, num_params
-from .vit import DIGITS_CFG, head_param_shapes, mlp_param_shapes
+from .base import (DIGITS_CFG, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, ConfigMixin,
+                   ModelTable, num_params)
+from .vit import head_param_shapes, mlp_param_shapes
 
 NUM_SCALES = 4
 LATER_PATCH = 2  # scales 2-4 each halve the previous grid
 CPE_WINDOW = 3  # the convolutional position encoding is a depthwise 3×3
+PATCH_NORM_EPS = 1e-5  # the patch-embedding LayerNorms, in both rooms (token LayerNorms: 1e-6)
 PARALLEL_MODES = ("interpolation", "cross_attention")
 DEFAULT_CRPE_WINDOW = {3: 2, 5: 3, 7: 3}  # {window: heads}: 2 heads see 3×3, 3 see 5×5, 3 see 7×7
 
@@ -155,6 +157,11 @@ class CoaTConfig(ConfigMixin):
         return tuple(int(d * r) for d, r in zip(self.embed_dims, self.mlp_ratios))
 
     @property
+    def feature_info(self) -> list[dict]:
+        """timm's ``feature_info``: the four scales' maps (``coat_feature_info``)."""
+        return coat_feature_info(self)
+
+    @property
     def crpe_splits(self) -> list[tuple[int, int]]:
         """``[(window, heads), ...]`` in the order the heads are split."""
         return list(self.crpe_window.items())
@@ -264,6 +271,18 @@ def shared_keys(cfg: CoaTConfig) -> list[list[str]]:
         for leaf in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"):
             groups.append([f"parallel_blocks.{n}.mlp{s}.{leaf}" for s in (2, 3, 4)])
     return [g for g in groups if len(g) > 1]
+
+
+def unused_keys(cfg: CoaTConfig) -> set[str]:
+    """The keys of modules no forward pass uses: a scale without serial blocks leaves its CPE
+    and CRPE unused, unless parallel blocks (CoaT, scales 2-4) run them.  They get no gradient
+    (PyTorch: ``grad`` None; the NumPy room: no entry), so an optimiser leaves them as they are."""
+    keys = set()
+    for s in range(1, NUM_SCALES + 1):
+        if cfg.serial_depths[s - 1] == 0 and (s == 1 or cfg.is_lite):
+            keys |= {f"cpe{s}.proj.weight", f"cpe{s}.proj.bias"}
+            keys |= set(crpe_param_shapes(cfg.head_dims[s - 1], cfg.crpe_window, f"crpe{s}."))
+    return keys
 
 
 def coat_feature_info(cfg: CoaTConfig) -> list[dict]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from .. import validation
 from .base import (
+    DIGITS_CFG,
     IMAGENET_DEFAULT_MEAN,
     IMAGENET_DEFAULT_STD,
     IMAGENET_INCEPTION_MEAN,
@@ -44,13 +45,7 @@ class ViTConfig(PatchGridMixin, ConfigMixin):
     drop_path_rate: float = 0.0  # stochastic depth, linearly increasing over blocks
 
     def validate(self):
-        validation.check_positive(self.patch_size, "patch_size")
-        validation.grid_size(self.img_size, self.patch_size)  # the error shows img_size as given
-        object.__setattr__(self, "img_size", validation.to_2tuple(self.img_size, "img_size"))
-        super().validate()  # in_chans, num_classes
-        validation.check_positive(self.depth, "depth")
-        validation.head_dim(self.embed_dim, self.num_heads)
-        validation.hidden_width(self.embed_dim, self.mlp_ratio, "mlp_ratio")  # >= 1 hidden unit
+        super().validate()  # the patch grid, heads, MLP (PatchGridMixin); in_chans, num_classes
         for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
             validation.check_probability(getattr(self, name), name)
 
@@ -136,11 +131,7 @@ def deit_small_patch16_224() -> ViTConfig:
     return ViTConfig(patch_size=16, embed_dim=384, depth=12, num_heads=6)
 
 
-# Small configurations for the offline data (scikit-learn's 8×8 digits, values in [0, 1]).
-# ``input_size`` follows the config's img_size (``ModelSpec.pretrained_cfg_for``): the trainer's
-# data is resized to whatever img_size a run uses.
-DIGITS_CFG = dict(input_size=(1, 8, 8), mean=(0.0,), std=(1.0,), crop_pct=1.0,
-                  interpolation="bilinear")
+# Small configurations for the offline data (scikit-learn's 8×8 digits; ``base.DIGITS_CFG``).
 
 
 @MODELS.register(pretrained_cfg=DIGITS_CFG)

@@ -4,6 +4,10 @@ The fast path is ``F.scaled_dot_product_attention`` (a fused kernel that never s
 (N, N) weights).  When the weights are asked for (``return_attention=True``) the same result
 is computed the explicit way, softmax(q kᵀ / √d) v, and the weights are returned -- the fast
 path stays the default, so asking costs nothing when you don't.
+
+The functions check their arguments and call their unchecked cores (``_attention_weights``,
+``_scaled_dot_product_attention``), which the modules call; a module built by hand checks its
+arguments and inputs (``layers.check_inputs_by_hand``), a model's does not.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from torch import nn
 
 from .. import validation
 from . import _fast
+from .layers import check_args_by_hand, check_inputs_by_hand
 
 
 def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None,
@@ -51,6 +56,12 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale=None, dropout_p: floa
     if mask is not None:
         validation.check_mask_dtype(mask.dtype)
         validation.check_mask(mask.shape, q.shape[:-1] + k.shape[-2:-1])
+    return _scaled_dot_product_attention(q, k, v, mask, scale, dropout_p, return_attention)
+
+
+def _scaled_dot_product_attention(q, k, v, mask=None, scale=None, dropout_p: float = 0.0,
+                                  return_attention: bool = False):
+    """:func:`scaled_dot_product_attention` without the checks."""
     if not return_attention:
         if mask is not None and mask.ndim < 2:  # (N_k,) broadcasts; the fused kernel wants 2 dims
             mask = mask.reshape((1,) * (2 - mask.ndim) + tuple(mask.shape))
@@ -83,24 +94,30 @@ class Attention(RecordsAttention, nn.Module):
     def __init__(self, dim: int, num_heads: int = 8, qkv_bias: bool = False,
                  attn_drop: float = 0.0, proj_drop: float = 0.0):
         super().__init__()
-        validation.check_layer_args(dim=dim, num_heads=num_heads, qkv_bias=qkv_bias,
-                                    attn_drop=attn_drop, proj_drop=proj_drop)
+        check_args_by_hand(dim=dim, num_heads=num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
+                           proj_drop=proj_drop)
         self.num_heads, self.head_dim = num_heads, dim // num_heads
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
+        check_inputs_by_hand(self)
+
+    def check_inputs(self, x, mask=None, return_attention=False):
+        """Tokens (B, N, dim), and a mask that fits their scores (a layer built by hand)."""
+        validation.check_tokens(x.shape, self.qkv.in_features, "x")
+        if mask is not None:
+            validation.check_mask_dtype(mask.dtype)
+            validation.check_mask(mask.shape, (x.shape[0], self.num_heads, x.shape[1], x.shape[1]))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 return_attention: bool = False):
-        validation.check_tokens(x.shape, self.qkv.in_features, "x")
         B, N, C = x.shape
         # (B, N, 3C) -> 3 × (B, h, N, d); rows of qkv are [q; k; v], each head-major
         q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         dropout_p = self.attn_drop.p if self.training else 0.0
         explicit = return_attention or self.record_attention
-        out = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=dropout_p,
-                                           return_attention=explicit)
+        out = _scaled_dot_product_attention(q, k, v, mask, None, dropout_p, explicit)
         if explicit:
             out, attn = out
             self.keep(attn)
@@ -144,8 +161,8 @@ class TalkingHeadAttention(RecordsAttention, nn.Module):
     def __init__(self, dim: int, num_heads: int = 8, qkv_bias: bool = False,
                  attn_drop: float = 0.0, proj_drop: float = 0.0):
         super().__init__()
-        validation.check_layer_args(dim=dim, num_heads=num_heads, qkv_bias=qkv_bias,
-                                    attn_drop=attn_drop, proj_drop=proj_drop)
+        check_args_by_hand(dim=dim, num_heads=num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
+                           proj_drop=proj_drop)
         self.num_heads, self.head_dim = num_heads, dim // num_heads
         self.scale = self.head_dim ** -0.5
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
@@ -154,9 +171,13 @@ class TalkingHeadAttention(RecordsAttention, nn.Module):
         self.proj_l = nn.Linear(num_heads, num_heads)  # mixes the heads' scores (pre-softmax)
         self.proj_w = nn.Linear(num_heads, num_heads)  # mixes the heads' weights (post-softmax)
         self.proj_drop = nn.Dropout(proj_drop)
+        check_inputs_by_hand(self)
+
+    def check_inputs(self, x):
+        """Tokens (B, N, dim) (a layer built by hand)."""
+        validation.check_tokens(x.shape, self.qkv.in_features, "x")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        validation.check_tokens(x.shape, self.qkv.in_features, "x")
         B, N, C = x.shape
         # (B, N, 3C) -> 3 × (B, h, N, d); rows of qkv are [q; k; v], each head-major
         q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)

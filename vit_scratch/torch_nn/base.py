@@ -17,17 +17,16 @@ their blocks.  (ViT's ``Block`` used on its own still returns its weights with
 """
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 
 import torch
 from torch import nn
 
 from .. import interface, validation
-from ..validation import CheckpointError
+from ..checkpoint_checks import CheckpointError
 from .attention import RecordsAttention
 from .layers import trunc_normal_
-from .patch_embed import resize_pos_embed
+from .patch_embed import resize_pos_embed, square_grid
 
 
 @contextmanager
@@ -52,6 +51,7 @@ class ModelBase(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.num_classes = cfg.num_classes
+        self.feature_info = cfg.feature_info  # what forward_intermediates returns (timm's)
         self.pretrained_cfg: dict = {}  # set by vit_scratch.create_model for a registered name
 
     @property
@@ -106,12 +106,10 @@ class ModelBase(nn.Module):
         self.cfg = self.cfg.replace(num_classes=num_classes)  # validates num_classes
         self.num_classes = num_classes
         like = next(self.parameters())
+        head = self.make_head(self.num_features).to(like.device, like.dtype)
         if num_classes:
-            head = nn.Linear(self.num_features, num_classes).to(like.device, like.dtype)
             trunc_normal_(head.weight, std=0.02)
             nn.init.zeros_(head.bias)
-        else:
-            head = nn.Identity()
         self.head = head
         if self.pretrained_cfg:
             self.pretrained_cfg = {**self.pretrained_cfg, "num_classes": num_classes}
@@ -121,12 +119,22 @@ class ModelBase(nn.Module):
         return features[:, 0]
 
     def forward_head(self, features: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Pool, then classify; ``features`` come from the caller: their width is checked."""
         x = self.pool(features)
         validation.check_last_dim(x.shape, self.num_features, "pooled features")
-        return x if pre_logits else self.head(x)
+        return self.classify(x, pre_logits)
+
+    def classify(self, pooled: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """The head on pooled features (B, num_features), unchecked."""
+        return pooled if pre_logits else self.head(pooled)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(images))
+        return self.classify(self.pool(self.forward_features(images)))
+
+    def make_head(self, dim: int) -> nn.Module:
+        """The classifier on ``dim`` pooled features: ``num_classes`` outputs, or none
+        (``nn.Identity``) for ``num_classes=0``."""
+        return nn.Linear(dim, self.num_classes) if self.num_classes else nn.Identity()
 
     def no_weight_decay(self) -> set[str]:
         """Parameters that skip weight decay beyond biases and norms: the model's own tokens
@@ -137,6 +145,24 @@ class ModelBase(nn.Module):
     def forward_intermediates(self, images, indices=None, norm: bool = False,
                               output_fmt: str = "NCHW", intermediates_only: bool = False):
         raise NotImplementedError
+
+    def block_maps(self, images, indices, norm: bool, output_fmt: str, stop_early: bool,
+                   prefix_tokens: int):
+        """A single-stage model's intermediates (``self.embed``, ``self.blocks``, ``self.norm``):
+        ``(tokens after the last block run, maps)``, the maps the outputs of the blocks in
+        ``indices`` (through the final norm if ``norm``) with ``prefix_tokens`` dropped;
+        ``stop_early`` skips the blocks after the last index."""
+        take = interface.resolve_indices(indices, len(self.blocks))
+        interface.check_output_fmt(output_fmt)
+        x, maps = self.embed(images), []
+        last = take[-1] if stop_early else len(self.blocks) - 1
+        for i, blk in enumerate(self.blocks[:last + 1]):
+            x = blk(x)
+            if i in take:
+                y = self.norm(x) if norm else x
+                maps.append(interface.tokens_to_grid(y, self.patch_embed.grid_size, prefix_tokens,
+                                                     output_fmt))
+        return x, maps
 
     def get_intermediate_layers(self, images, n=1, reshape: bool = False, norm: bool = False):
         """timm's older API: the outputs of the last ``n`` blocks (or of blocks ``n`` if a
@@ -192,8 +218,8 @@ class ModelBase(nn.Module):
         if pos_embed_grid is None:
             if pe.shape == own.shape:
                 return state_dict
-            side = math.isqrt(max(n, 0))
-            if side * side != n:
+            pos_embed_grid = square_grid(n)
+            if pos_embed_grid is None:
                 pairs = [(r, n // r) for r in range(1, n + 1) if n % r == 0 and
                          max(r, n // r) <= 8 * min(r, n // r)]
                 raise CheckpointError(
@@ -201,7 +227,6 @@ class ModelBase(nn.Module):
                     f"token(s)), which is not a square grid, and the file does not record its "
                     f"grid; pass pos_embed_grid=(rows, cols) to vit_scratch.load_checkpoint: the "
                     f"img_size / patch_size it was trained at, one of {pairs}")
-            pos_embed_grid = (side, side)
         pos_embed_grid = validation.to_2tuple(pos_embed_grid, "pos_embed_grid")
         if pos_embed_grid[0] * pos_embed_grid[1] != n:
             raise CheckpointError(

@@ -19,7 +19,7 @@ from .. import interface
 from ..specs.cait import CaitConfig
 from .base import ModelBase
 from .class_attention import ClassAttention, LayerScaleBlockClassAttn
-from .layers import LAYER_NORM_EPS, init_weights_, trunc_normal_
+from .layers import LAYER_NORM_EPS, init_weights_, layers_from_config, trunc_normal_
 from .layerscale import LayerScaleBlock
 from .patch_embed import PatchEmbed
 
@@ -44,27 +44,25 @@ class Cait(ModelBase):
     def __init__(self, cfg: CaitConfig | None = None, **kwargs):
         cfg = CaitConfig.build(cfg, **kwargs)
         super().__init__(cfg)
-        C, eps = cfg.embed_dim, cfg.layer_scale_init
-        self.num_features = self.embed_dim = C
-        self.patch_embed = PatchEmbed(cfg.img_size, cfg.patch_size, cfg.in_chans, C)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, C))
-        self.pos_embed = nn.Parameter(torch.zeros(1, self.patch_embed.num_patches, C))
-        self.pos_drop = nn.Dropout(cfg.drop_rate)
-        self.blocks = nn.Sequential(*[
-            LayerScaleBlock(C, cfg.num_heads, cfg.mlp_ratio, cfg.qkv_bias, init_values=eps,
-                            talking_heads=True, drop=cfg.drop_rate, attn_drop=cfg.attn_drop_rate,
-                            drop_path=cfg.drop_path_rate)
-            for _ in range(cfg.depth)
-        ])
-        self.blocks_token_only = nn.ModuleList([
-            LayerScaleBlockClassAttn(C, cfg.num_heads, cfg.mlp_ratio_token_only, cfg.qkv_bias,
-                                     init_values=eps, class_token_in_keys=cfg.class_token_in_keys)
-            for _ in range(cfg.depth_token_only)
-        ])
-        self.norm = nn.LayerNorm(C, eps=LAYER_NORM_EPS)
-        self.head = nn.Linear(C, cfg.num_classes) if cfg.num_classes else nn.Identity()
-        self.feature_info = [dict(num_chs=C, reduction=cfg.patch_size, module=f"blocks.{i}")
-                             for i in range(cfg.depth)]
+        with layers_from_config():  # validated: the layers skip a hand-built layer's checks
+            C, eps = cfg.embed_dim, cfg.layer_scale_init
+            self.num_features = self.embed_dim = C
+            self.patch_embed = PatchEmbed(cfg.img_size, cfg.patch_size, cfg.in_chans, C)
+            self.cls_token = nn.Parameter(torch.zeros(1, 1, C))
+            self.pos_embed = nn.Parameter(torch.zeros(1, self.patch_embed.num_patches, C))
+            self.pos_drop = nn.Dropout(cfg.drop_rate)
+            self.blocks = nn.Sequential(*[
+                LayerScaleBlock(C, cfg.num_heads, cfg.mlp_ratio, cfg.qkv_bias, init_values=eps,
+                                talking_heads=True, drop=cfg.drop_rate, attn_drop=cfg.attn_drop_rate,
+                                drop_path=cfg.drop_path_rate)
+                for _ in range(cfg.depth)
+            ])
+            self.blocks_token_only = nn.ModuleList([
+                LayerScaleBlockClassAttn(C, cfg.num_heads, cfg.mlp_ratio_token_only, cfg.qkv_bias,
+                                         init_values=eps, class_token_in_keys=cfg.class_token_in_keys)
+                for _ in range(cfg.depth_token_only)
+            ])
+            self.norm, self.head = nn.LayerNorm(C, eps=LAYER_NORM_EPS), self.make_head(C)
         self.reset_parameters()
 
     @torch.no_grad()
@@ -106,15 +104,7 @@ class Cait(ModelBase):
         ``intermediates_only`` (then the blocks after the last index and the class-attention
         stage are skipped).  The same values as timm's ``Cait.forward_intermediates``.
         """
-        take = interface.resolve_indices(indices, len(self.blocks))
-        interface.check_output_fmt(output_fmt)
-        x, maps = self.embed(images), []
-        last = take[-1] if intermediates_only else len(self.blocks) - 1
-        for i, blk in enumerate(self.blocks[:last + 1]):
-            x = blk(x)
-            if i in take:
-                y = self.norm(x) if norm else x
-                maps.append(interface.tokens_to_grid(y, self.patch_embed.grid_size, 0, output_fmt))
+        x, maps = self.block_maps(images, indices, norm, output_fmt, intermediates_only, 0)
         if intermediates_only:
             return maps
         return self.norm(self.forward_class_attention(x)), maps

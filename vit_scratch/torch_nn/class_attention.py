@@ -14,8 +14,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import validation
-from .attention import RecordsAttention, attention_weights
-from .layers import LAYER_NORM_EPS, DropPath, Mlp
+from .attention import RecordsAttention, _attention_weights
+from .layers import (LAYER_NORM_EPS, DropPath, Mlp, check_args_by_hand, check_inputs_by_hand,
+                     mlp_hidden)
 
 
 class ClassAttention(RecordsAttention, nn.Module):
@@ -30,9 +31,8 @@ class ClassAttention(RecordsAttention, nn.Module):
                  attn_drop: float = 0.0, proj_drop: float = 0.0,
                  class_token_in_keys: bool = True):
         super().__init__()
-        validation.check_layer_args(dim=dim, num_heads=num_heads, qkv_bias=qkv_bias,
-                                    attn_drop=attn_drop, proj_drop=proj_drop,
-                                    class_token_in_keys=class_token_in_keys)
+        check_args_by_hand(dim=dim, num_heads=num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
+                           proj_drop=proj_drop, class_token_in_keys=class_token_in_keys)
         self.num_heads, self.head_dim = num_heads, dim // num_heads
         self.class_token_in_keys = bool(class_token_in_keys)
         self.q = nn.Linear(dim, dim, bias=qkv_bias)
@@ -41,10 +41,14 @@ class ClassAttention(RecordsAttention, nn.Module):
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
+        check_inputs_by_hand(self)
 
-    def forward(self, u: torch.Tensor) -> torch.Tensor:
+    def check_inputs(self, u):
+        """Tokens (B, 1 + N, dim), the class token first (a layer built by hand)."""
         validation.check_tokens(u.shape, self.q.in_features, "u", min_tokens=2, layout=(
             "(B, 1 + N, C) with the class token first and N >= 1 patch tokens"))
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
         B, _, C = u.shape
         h, d = self.num_heads, self.head_dim
         z = u if self.class_token_in_keys else u[:, 1:]  # what the class token may look at
@@ -54,7 +58,7 @@ class ClassAttention(RecordsAttention, nn.Module):
         v = self.v(z).view(B, M, h, d).transpose(1, 2)  # (B, h, M, d)
         dropout_p = self.attn_drop.p if self.training else 0.0
         if self.record_attention:
-            attn = attention_weights(q, k)  # (B, h, 1, M)
+            attn = _attention_weights(q, k)  # (B, h, 1, M)
             self.keep(attn)
             out = self.attn_drop(attn) @ v
         else:
@@ -80,18 +84,22 @@ class LayerScaleBlockClassAttn(nn.Module):
                  init_values: float = 1e-5, class_token_in_keys: bool = True, drop: float = 0.0,
                  attn_drop: float = 0.0, drop_path: float = 0.0):
         super().__init__()
-        validation.check_layer_args(init_values=init_values)  # the rest: ClassAttention, Mlp
+        check_args_by_hand(init_values=init_values)  # the rest: ClassAttention, Mlp
         self.norm1 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
         self.attn = ClassAttention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
                                    proj_drop=drop, class_token_in_keys=class_token_in_keys)
         self.drop_path = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
-        self.mlp = Mlp(dim, validation.hidden_width(dim, mlp_ratio), drop=drop)
+        self.mlp = Mlp(dim, mlp_hidden(dim, mlp_ratio), drop=drop)
         self.gamma_1 = nn.Parameter(torch.full((dim,), float(init_values)))
         self.gamma_2 = nn.Parameter(torch.full((dim,), float(init_values)))
+        check_inputs_by_hand(self)
+
+    def check_inputs(self, x, cls):
+        """Patch tokens (B, N, C) and a class token (B, 1, C) (a block built by hand)."""
+        validation.check_class_token(cls.shape, x.shape)
 
     def forward(self, x: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
-        validation.check_class_token(cls.shape, x.shape)
         u = torch.cat([cls, x], dim=1)  # (B, 1 + N, C)
         cls = cls + self.drop_path(self.gamma_1 * self.attn(self.norm1(u)))
         cls = cls + self.drop_path(self.gamma_2 * self.mlp(self.norm2(cls)))

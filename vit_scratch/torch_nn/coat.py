@@ -25,17 +25,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import interface, validation
-from ..specs.coat import (CPE_WINDOW, NUM_SCALES, CoaTConfig, CoaTImageSizeMixin,
-                          coat_feature_info)
+from .. import interface
+from ..specs.coat import CPE_WINDOW, NUM_SCALES, PATCH_NORM_EPS, CoaTConfig, CoaTImageSizeMixin
 from .attention import RecordsAttention
 from .base import ModelBase
-from .conv_position_encoding import ConvPosEnc, ConvRelPosEnc, tokens_to_image
+from .conv_position_encoding import ConvPosEnc, ConvRelPosEnc, _tokens_to_image
 from .coscale import ParallelBlock
 from .factorized_attention import FactorAttnConvRelPosEnc
-from .layers import LAYER_NORM_EPS, DropPath, Mlp, init_weights_, trunc_normal_
-
-PATCH_NORM_EPS = 1e-5  # CoaT's patch-embedding LayerNorms (the token LayerNorms use 1e-6)
+from .layers import (LAYER_NORM_EPS, DropPath, Mlp, init_weights_, layers_from_config, mlp_hidden,
+                     trunc_normal_)
 
 
 class ScalePatchEmbed(nn.Module):
@@ -69,7 +67,7 @@ class SerialBlock(nn.Module):
                                                       proj_drop=proj_drop, shared_crpe=shared_crpe)
         self.drop_path = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
-        self.mlp = Mlp(dim, validation.hidden_width(dim, mlp_ratio), drop=proj_drop)
+        self.mlp = Mlp(dim, mlp_hidden(dim, mlp_ratio), drop=proj_drop)
 
     def forward(self, x: torch.Tensor, size) -> torch.Tensor:
         x = self.cpe(x, size)
@@ -94,41 +92,41 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
     def __init__(self, cfg: CoaTConfig | None = None, **kwargs):
         cfg = CoaTConfig.build(cfg, **kwargs)
         super().__init__(cfg)
-        dims, heads = cfg.embed_dims, cfg.num_heads
-        self.num_features = self.embed_dim = dims[-1]
-        self.embed_dims = dims
-        in_chs = (cfg.in_chans,) + dims[:-1]
-        scales = range(1, NUM_SCALES + 1)
-        for s in scales:
-            setattr(self, f"cls_token{s}", nn.Parameter(torch.zeros(1, 1, dims[s - 1])))
-        for s in scales:
-            setattr(self, f"patch_embed{s}",
-                    ScalePatchEmbed(cfg.patch_sizes[s - 1], in_chs[s - 1], dims[s - 1]))
-        for s in scales:  # one CPE and one CRPE per scale, shared by all its blocks
-            setattr(self, f"cpe{s}", ConvPosEnc(dims[s - 1], CPE_WINDOW))
-        for s in scales:
-            setattr(self, f"crpe{s}", ConvRelPosEnc(cfg.head_dims[s - 1], heads, cfg.crpe_window))
-        common = dict(num_heads=heads, qkv_bias=cfg.qkv_bias, proj_drop=cfg.proj_drop_rate,
-                      drop_path=cfg.drop_path_rate)
-        for s in scales:
-            setattr(self, f"serial_blocks{s}", nn.ModuleList(
-                SerialBlock(dims[s - 1], mlp_ratio=cfg.mlp_ratios[s - 1], **common,
-                            shared_cpe=getattr(self, f"cpe{s}"), shared_crpe=getattr(self, f"crpe{s}"))
-                for _ in range(cfg.serial_depths[s - 1])))
-        if not cfg.is_lite:
-            crpes = [getattr(self, f"crpe{s}") for s in scales]
-            self.parallel_blocks = nn.ModuleList(
-                ParallelBlock(dims, mlp_ratios=cfg.mlp_ratios, shared_crpes=crpes,
-                              mode=cfg.parallel_mode, **common)
-                for _ in range(cfg.parallel_depth))
-            self.norm2 = nn.LayerNorm(dims[1], eps=LAYER_NORM_EPS)
-            self.norm3 = nn.LayerNorm(dims[2], eps=LAYER_NORM_EPS)
-        self.norm4 = nn.LayerNorm(dims[3], eps=LAYER_NORM_EPS)
-        if not cfg.is_lite:  # mixes the class tokens of scales 2-4: (B, 3, C) -> (B, 1, C)
-            self.aggregate = nn.Conv1d(3, 1, kernel_size=1)
-        self.head_drop = nn.Dropout(cfg.drop_rate)
-        self.head = nn.Linear(dims[3], cfg.num_classes) if cfg.num_classes else nn.Identity()
-        self.feature_info = coat_feature_info(cfg)
+        with layers_from_config():  # validated: the layers skip a hand-built layer's checks
+            dims, heads = cfg.embed_dims, cfg.num_heads
+            self.num_features = self.embed_dim = dims[-1]
+            self.embed_dims = dims
+            in_chs = (cfg.in_chans,) + dims[:-1]
+            scales = range(1, NUM_SCALES + 1)
+            for s in scales:
+                setattr(self, f"cls_token{s}", nn.Parameter(torch.zeros(1, 1, dims[s - 1])))
+            for s in scales:
+                setattr(self, f"patch_embed{s}",
+                        ScalePatchEmbed(cfg.patch_sizes[s - 1], in_chs[s - 1], dims[s - 1]))
+            for s in scales:  # one CPE and one CRPE per scale, shared by all its blocks
+                setattr(self, f"cpe{s}", ConvPosEnc(dims[s - 1], CPE_WINDOW))
+            for s in scales:
+                setattr(self, f"crpe{s}", ConvRelPosEnc(cfg.head_dims[s - 1], heads, cfg.crpe_window))
+            common = dict(num_heads=heads, qkv_bias=cfg.qkv_bias, proj_drop=cfg.proj_drop_rate,
+                          drop_path=cfg.drop_path_rate)
+            for s in scales:
+                setattr(self, f"serial_blocks{s}", nn.ModuleList(
+                    SerialBlock(dims[s - 1], mlp_ratio=cfg.mlp_ratios[s - 1], **common,
+                                shared_cpe=getattr(self, f"cpe{s}"), shared_crpe=getattr(self, f"crpe{s}"))
+                    for _ in range(cfg.serial_depths[s - 1])))
+            if not cfg.is_lite:
+                crpes = [getattr(self, f"crpe{s}") for s in scales]
+                self.parallel_blocks = nn.ModuleList(
+                    ParallelBlock(dims, mlp_ratios=cfg.mlp_ratios, shared_crpes=crpes,
+                                  mode=cfg.parallel_mode, **common)
+                    for _ in range(cfg.parallel_depth))
+                self.norm2 = nn.LayerNorm(dims[1], eps=LAYER_NORM_EPS)
+                self.norm3 = nn.LayerNorm(dims[2], eps=LAYER_NORM_EPS)
+            self.norm4 = nn.LayerNorm(dims[3], eps=LAYER_NORM_EPS)
+            if not cfg.is_lite:  # mixes the class tokens of scales 2-4: (B, 3, C) -> (B, 1, C)
+                self.aggregate = nn.Conv1d(3, 1, kernel_size=1)
+            self.head_drop = nn.Dropout(cfg.drop_rate)
+            self.head = self.make_head(dims[3])
         self.reset_parameters()
 
     @torch.no_grad()
@@ -154,7 +152,7 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
         for s in range(last + 1):
             cls, patch_embed, blocks = self.scale_modules(s + 1)
             if s > 0:
-                x = tokens_to_image(xs[-1], sizes[s - 1])  # (B, C, H, W), class token dropped
+                x = _tokens_to_image(xs[-1], sizes[s - 1])  # (B, C, H, W), class token dropped
             tokens = torch.cat([cls.expand(B, -1, -1), patch_embed(x)], dim=1)
             for blk in blocks:
                 tokens = blk(tokens, sizes[s])
@@ -189,8 +187,9 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
             return features[:, 0]
         return self.aggregate(torch.stack([f[:, 0] for f in features], dim=1)).squeeze(1)
 
-    def forward_head(self, features, pre_logits: bool = False) -> torch.Tensor:
-        x = self.head_drop(self.pool(features))
+    def classify(self, pooled: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Dropout on the pooled features (``drop_rate``), then the head."""
+        x = self.head_drop(pooled)
         return x if pre_logits else self.head(x)
 
     def forward_intermediates(self, images: torch.Tensor, indices=None, norm: bool = False,

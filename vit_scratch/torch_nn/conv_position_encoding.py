@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import validation
+from .layers import built_by_hand, check_args_by_hand, check_inputs_by_hand
 
 
 def depthwise_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
@@ -27,8 +28,13 @@ def tokens_to_image(x: torch.Tensor, size) -> torch.Tensor:
     """(B, 1 + H·W, C) tokens -> (B, C, H, W) view of the image tokens (channels-last strides,
     no copy); the class token is dropped."""
     H, W = validation.check_token_grid(x.shape, size)
+    return _tokens_to_image(x, (H, W))
+
+
+def _tokens_to_image(x: torch.Tensor, size) -> torch.Tensor:
+    """:func:`tokens_to_image`, unchecked (``size`` a pair)."""
     B, N, C = x.shape
-    return x[:, 1:].reshape(B, H, W, C).permute(0, 3, 1, 2)
+    return x[:, 1:].reshape(B, size[0], size[1], C).permute(0, 3, 1, 2)
 
 
 class ConvPosEnc(nn.Module):
@@ -37,11 +43,16 @@ class ConvPosEnc(nn.Module):
 
     def __init__(self, dim: int, k: int = 3):
         super().__init__()
-        validation.check_layer_args(dim=dim, kernel_size=k)
+        check_args_by_hand(dim=dim, kernel_size=k)
         self.proj = nn.Conv2d(dim, dim, k, 1, k // 2, groups=dim)
+        check_inputs_by_hand(self)
+
+    def check_inputs(self, x, size):
+        """Tokens (B, 1 + H·W, dim) on the grid ``size`` (a layer built by hand)."""
+        validation.check_token_grid(x.shape, size, "x", self.proj.in_channels)
 
     def forward(self, x: torch.Tensor, size) -> torch.Tensor:
-        feat = tokens_to_image(x, size)  # (B, C, H, W)
+        feat = _tokens_to_image(x, size)  # (B, C, H, W)
         feat = self.proj(feat) + feat
         return torch.cat([x[:, :1], feat.flatten(2).transpose(1, 2)], dim=1)
 
@@ -57,8 +68,9 @@ class ConvRelPosEnc(nn.Module):
 
     def __init__(self, head_chs: int, num_heads: int, window=None):
         super().__init__()
-        window = validation.check_window_heads({3: 2, 5: 3, 7: 3} if window is None else window,
-                                           num_heads, "window")
+        window = {3: 2, 5: 3, 7: 3} if window is None else window
+        if built_by_hand():
+            window = validation.check_window_heads(window, num_heads, "window")
         self.head_chs, self.num_heads, self.window = head_chs, num_heads, window
         self.head_splits = list(window.values())
         self.channel_splits = [heads * head_chs for heads in self.head_splits]

@@ -20,10 +20,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import validation
+from ..specs.coat import PARALLEL_MODES
 from .factorized_attention import FactorAttnConvRelPosEnc
-from .layers import LAYER_NORM_EPS, DropPath, Mlp
-
-PARALLEL_MODES = ("interpolation", "cross_attention")
+from .layers import LAYER_NORM_EPS, DropPath, Mlp, built_by_hand, mlp_hidden
 
 
 def bilinear_resize(x: torch.Tensor, size=None, scale_factor=None) -> torch.Tensor:
@@ -32,6 +31,10 @@ def bilinear_resize(x: torch.Tensor, size=None, scale_factor=None) -> torch.Tens
     reference does.  The NumPy twin derives the arithmetic."""
     if (size is None) == (scale_factor is None):
         raise ValueError("give exactly one of size and scale_factor")
+    return _bilinear_resize(x, size, scale_factor)
+
+
+def _bilinear_resize(x: torch.Tensor, size=None, scale_factor=None) -> torch.Tensor:
     return F.interpolate(x, size=size, scale_factor=scale_factor, mode="bilinear",
                          align_corners=False,
                          recompute_scale_factor=False if scale_factor is not None else None)
@@ -41,9 +44,14 @@ def interpolate_tokens(x: torch.Tensor, size, scale_factor: float) -> torch.Tens
     """Feature interpolation on tokens: (B, 1 + H·W, C), grid (H, W) -> (B, 1 + H'·W', C), the
     image tokens resized bilinearly by ``scale_factor``, the class token carried as it is."""
     H, W = validation.check_token_grid(x.shape, size)
+    return _interpolate_tokens(x, (H, W), scale_factor)
+
+
+def _interpolate_tokens(x: torch.Tensor, size, scale_factor: float) -> torch.Tensor:
+    """:func:`interpolate_tokens`, unchecked (``size`` a pair)."""
     B, N, C = x.shape
-    img = x[:, 1:].transpose(1, 2).reshape(B, C, H, W)
-    img = bilinear_resize(img, scale_factor=scale_factor)
+    img = x[:, 1:].transpose(1, 2).reshape(B, C, size[0], size[1])
+    img = _bilinear_resize(img, scale_factor=scale_factor)
     return torch.cat([x[:, :1], img.flatten(2).transpose(1, 2)], dim=1)
 
 
@@ -51,7 +59,7 @@ def _interpolate_heads(x: torch.Tensor, size, scale_factor: float) -> torch.Tens
     """interpolate_tokens for (B, h, N, d) per-head tensors (resized in token layout, returned
     as a head view of the result)."""
     B, h, N, d = x.shape
-    out = interpolate_tokens(x.transpose(1, 2).reshape(B, N, h * d), size, scale_factor)
+    out = _interpolate_tokens(x.transpose(1, 2).reshape(B, N, h * d), size, scale_factor)
     return out.reshape(B, out.shape[1], h, d).transpose(1, 2)
 
 
@@ -68,7 +76,8 @@ class ParallelBlock(nn.Module):
                  proj_drop: float = 0.0, drop_path: float = 0.0, shared_crpes=None,
                  mode: str = "interpolation"):
         super().__init__()
-        validation.check_choice(mode, "mode", PARALLEL_MODES)
+        if built_by_hand():
+            validation.check_choice(mode, "mode", PARALLEL_MODES)
         if not dims[1] == dims[2] == dims[3] or not mlp_ratios[1] == mlp_ratios[2] == mlp_ratios[3]:
             raise ValueError(f"a parallel block needs equal dims and mlp_ratios at scales 2-4, got "
                              f"dims={tuple(dims)}, mlp_ratios={tuple(mlp_ratios)}")
@@ -83,7 +92,7 @@ class ParallelBlock(nn.Module):
         self.drop_path = DropPath(drop_path)
         for s in (2, 3, 4):
             setattr(self, f"norm2{s}", nn.LayerNorm(dims[s - 1], eps=LAYER_NORM_EPS))
-        self.mlp2 = self.mlp3 = self.mlp4 = Mlp(dims[1], validation.hidden_width(dims[1], mlp_ratios[1]),
+        self.mlp2 = self.mlp3 = self.mlp4 = Mlp(dims[1], mlp_hidden(dims[1], mlp_ratios[1]),
                                                   drop=proj_drop)
 
     def scale_modules(self, s: int):
@@ -111,9 +120,9 @@ class ParallelBlock(nn.Module):
         added (class tokens carried and summed)."""
         c2, c3, c4 = (self.scale_modules(s)[1](u, size) for u, s, size in zip(normed, (2, 3, 4), sizes))
         S2, S3, S4 = sizes
-        return [c2 + interpolate_tokens(c3, S3, 2.0) + interpolate_tokens(c4, S4, 4.0),
-                c3 + interpolate_tokens(c4, S4, 2.0) + interpolate_tokens(c2, S2, 0.5),
-                c4 + interpolate_tokens(c3, S3, 0.5) + interpolate_tokens(c2, S2, 0.25)]
+        return [c2 + _interpolate_tokens(c3, S3, 2.0) + _interpolate_tokens(c4, S4, 4.0),
+                c3 + _interpolate_tokens(c4, S4, 2.0) + _interpolate_tokens(c2, S2, 0.5),
+                c4 + _interpolate_tokens(c3, S3, 0.5) + _interpolate_tokens(c2, S2, 0.25)]
 
     def cross_attention(self, normed, sizes):
         """Direct cross-layer attention: each scale's queries attend to its own keys and values

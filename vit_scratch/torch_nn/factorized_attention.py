@@ -22,6 +22,7 @@ from torch import nn
 from .. import validation
 from .attention import RecordsAttention
 from .conv_position_encoding import ConvRelPosEnc
+from .layers import check_args_by_hand, check_inputs_by_hand
 
 
 def key_softmax(k: torch.Tensor, dim: int = -2) -> torch.Tensor:
@@ -56,15 +57,14 @@ class FactorAttnConvRelPosEnc(RecordsAttention, nn.Module):
     (B, 1 + H·W, C), size (H, W) -> (B, 1 + H·W, C).  ``shared_crpe``: the scale's
     :class:`ConvRelPosEnc`, shared by all its blocks (a new one with ``crpe_window`` if None).
     The pieces are public for the co-scale block: ``split_qkv`` -> ``attend`` -> ``project``
-    (they trust their arguments; ``forward`` checks ``x`` against ``size``).
+    (they trust their arguments; built by hand, the layer checks ``x`` against ``size``).
     """
 
     def __init__(self, dim: int, num_heads: int = 8, qkv_bias: bool = False,
                  proj_drop: float = 0.0, shared_crpe: ConvRelPosEnc | None = None,
                  crpe_window=None):
         super().__init__()
-        validation.check_layer_args(dim=dim, num_heads=num_heads, qkv_bias=qkv_bias,
-                                    proj_drop=proj_drop)
+        check_args_by_hand(dim=dim, num_heads=num_heads, qkv_bias=qkv_bias, proj_drop=proj_drop)
         self.num_heads, self.head_dim = num_heads, dim // num_heads
         self.scale = self.head_dim ** -0.5
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
@@ -72,6 +72,11 @@ class FactorAttnConvRelPosEnc(RecordsAttention, nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
         self.crpe = shared_crpe if shared_crpe is not None else ConvRelPosEnc(
             self.head_dim, num_heads, crpe_window)
+        check_inputs_by_hand(self)
+
+    def check_inputs(self, x, size):
+        """Tokens (B, 1 + H·W, dim) on the grid ``size`` (a layer built by hand)."""
+        validation.check_token_grid(x.shape, size, "x", self.qkv.in_features)
 
     def split_qkv(self, x: torch.Tensor):
         """(B, N, C) -> q, k, v, each (B, h, N, d) (views of one projection)."""
@@ -98,6 +103,5 @@ class FactorAttnConvRelPosEnc(RecordsAttention, nn.Module):
         return self.proj_drop(self.proj(out))
 
     def forward(self, x: torch.Tensor, size) -> torch.Tensor:
-        validation.check_token_grid(x.shape, size, "x", self.qkv.in_features)
         q, k, v = self.split_qkv(x)
         return self.project(self.attend(q, k, v, size))

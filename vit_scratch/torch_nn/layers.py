@@ -1,17 +1,68 @@
-"""Elementary PyTorch layers of a transformer block: the MLP and stochastic depth.
+"""Elementary PyTorch layers of a transformer block: the MLP and stochastic depth; the
+initialisation; and how a layer tells whether a learner built it by hand.
 
 LayerNorm, Linear and GELU are PyTorch's own (``nn.LayerNorm(eps=1e-6)``, ``nn.Linear``,
 ``nn.GELU()`` -- the exact erf form, as in timm; the original JAX ViT used flax's tanh-approximate
 default); their NumPy twins are in ``vit_scratch.numpy_nn.layers``.
+
+**Built by hand, or by a model.**  A layer a learner builds on its own (``Mlp(12, 0)``,
+``Attention(12, 5)``) checks its arguments, and its inputs at every call (a forward pre-hook,
+:func:`check_inputs_by_hand`), with the messages of ``vit_scratch.validation``.  A model
+builds its layers inside :func:`layers_from_config`: its config has been validated, so they skip
+both, and their ``forward`` methods hold no checks at all (plain tensor code, traceable by
+``torch.fx`` and ``torch.compile``).
 """
 from __future__ import annotations
+
+import contextvars
+from contextlib import contextmanager
 
 import torch
 from torch import nn
 
 from .. import validation
+from ..specs.base import LAYER_NORM_EPS  # noqa: F401 (the token LayerNorms' eps, both rooms)
 
-LAYER_NORM_EPS = 1e-6
+_FROM_CONFIG = contextvars.ContextVar("vit_scratch_layers_from_config", default=False)
+
+
+@contextmanager
+def layers_from_config():
+    """Inside the ``with`` block, layers are built by a model from its validated config: they
+    skip the checks of a layer built by hand."""
+    token = _FROM_CONFIG.set(True)
+    try:
+        yield
+    finally:
+        _FROM_CONFIG.reset(token)
+
+
+def built_by_hand() -> bool:
+    """Whether the layer being built is a learner's own (outside :func:`layers_from_config`)."""
+    return not _FROM_CONFIG.get()
+
+
+def check_args_by_hand(**args) -> None:
+    """``validation.check_layer_args(**args)`` for a layer built by hand; nothing for a model's."""
+    if built_by_hand():
+        validation.check_layer_args(**args)
+
+
+def mlp_hidden(dim: int, ratio: float) -> int:
+    """An MLP's hidden width, ``int(dim * ratio)`` (timm's rounding); checked to be at least one
+    unit (``validation.hidden_width``) for a layer built by hand."""
+    return validation.hidden_width(dim, ratio) if built_by_hand() else int(dim * ratio)
+
+
+def _check_call(module: nn.Module, args: tuple, kwargs: dict) -> None:
+    module.check_inputs(*args, **kwargs)
+
+
+def check_inputs_by_hand(module: nn.Module) -> None:
+    """A layer built by hand checks its inputs before every call (``module.check_inputs``, as a
+    forward pre-hook); a model's layers do not (its images were checked where they entered)."""
+    if built_by_hand():
+        module.register_forward_pre_hook(_check_call, with_kwargs=True)
 
 
 class Mlp(nn.Module):
@@ -20,8 +71,8 @@ class Mlp(nn.Module):
     def __init__(self, in_features: int, hidden_features: int, out_features: int | None = None,
                  drop: float = 0.0):
         super().__init__()
-        validation.check_layer_args(in_features=in_features, hidden_features=hidden_features,
-                                    out_features=out_features, drop=drop)
+        check_args_by_hand(in_features=in_features, hidden_features=hidden_features,
+                           out_features=out_features, drop=drop)
         self.fc1 = nn.Linear(in_features, hidden_features)
         self.act = nn.GELU()
         self.drop1 = nn.Dropout(drop)
@@ -38,7 +89,7 @@ class DropPath(nn.Module):
 
     def __init__(self, p: float = 0.0):
         super().__init__()
-        validation.check_layer_args(drop_path=p)
+        check_args_by_hand(drop_path=p)
         self.p = float(p)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

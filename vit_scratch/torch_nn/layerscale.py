@@ -1,33 +1,22 @@
-"""LayerScale and the residual forms it is compared with, in PyTorch.
-
-A residual block adds a branch f (attention or MLP) to its input.  The forms CaiT compares
-(Touvron et al., "Going deeper with Image Transformers", Fig. 1, https://arxiv.org/abs/2103.17239):
-
-    "prenorm"         x + f(LN(x))                   ViT, DeiT
-    "rezero"          x + α · f(x),   α = 0 at init   ReZero (Bachlechner et al., 2020,
-                                                      https://arxiv.org/abs/2003.04887) and
-                                                      SkipInit (De & Smith, 2020,
-                                                      https://arxiv.org/abs/2002.10444): one
-                                                      learned scalar, no normalisation
-    "prenorm_scalar"  x + α · f(LN(x)), α = 0 at init the scalar with the norm put back
-    "layerscale"      x + diag(λ) · f(LN(x)), λ = ε   CaiT: one learned scale per channel,
-                                                      ε small (``layerscale_init_value``)
+"""LayerScale and the residual forms it is compared with, in PyTorch: ``x + f(LN(x))`` (ViT,
+DeiT), ReZero's and SkipInit's ``x + α · f(x)``, ``x + α · f(LN(x))``, and CaiT's
+``x + diag(λ) · f(LN(x))`` (Touvron et al., "Going deeper with Image Transformers", Fig. 1,
+https://arxiv.org/abs/2103.17239).  The forms, with their papers, are written out in the NumPy
+twins' module, ``vit_scratch.numpy_nn.layerscale``; their names are ``specs.cait.RESIDUAL_FORMS``.
 
 ``ResidualBlock`` has timm's ViT names (``ls1.gamma``: with ``residual="layerscale"`` it is
 timm's ViT ``Block(init_values=ε)``); ``LayerScaleBlock`` is CaiT's self-attention block, whose
 LayerScale vectors are the block's own parameters ``gamma_1`` and ``gamma_2``.
-The NumPy twins are in ``vit_scratch.numpy_nn.layerscale``.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from .. import validation
 # the residual forms and the depth rule live in the (torch-free) spec; re-exported here
 from ..specs.cait import RESIDUAL_FORMS, check_residual, layerscale_init_value  # noqa: F401
 from .attention import Attention, TalkingHeadAttention
-from .layers import LAYER_NORM_EPS, DropPath, Mlp
+from .layers import LAYER_NORM_EPS, DropPath, Mlp, check_args_by_hand, mlp_hidden
 
 
 class LayerScale(nn.Module):
@@ -37,7 +26,7 @@ class LayerScale(nn.Module):
 
     def __init__(self, dim: int, init_values: float = 1e-5):
         super().__init__()
-        validation.check_layer_args(dim=dim, init_values=init_values)
+        check_args_by_hand(dim=dim, init_values=init_values)
         self.gamma = nn.Parameter(torch.full((dim,), float(init_values)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -86,7 +75,7 @@ class ResidualBlock(nn.Module):
         self.ls1 = _scale(kind, dim, init_values)
         self.drop_path1 = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS) if norm else nn.Identity()
-        self.mlp = Mlp(dim, validation.hidden_width(dim, mlp_ratio), drop=drop)
+        self.mlp = Mlp(dim, mlp_hidden(dim, mlp_ratio), drop=drop)
         self.ls2 = _scale(kind, dim, init_values)
         self.drop_path2 = DropPath(drop_path)
 
@@ -114,14 +103,14 @@ class LayerScaleBlock(nn.Module):
                  init_values: float = 1e-5, talking_heads: bool = True, drop: float = 0.0,
                  attn_drop: float = 0.0, drop_path: float = 0.0):
         super().__init__()
-        validation.check_layer_args(init_values=init_values)  # the rest: the attention, Mlp
+        check_args_by_hand(init_values=init_values)  # the rest: the attention, Mlp
         attn_layer = TalkingHeadAttention if talking_heads else Attention
         self.norm1 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
         self.attn = attn_layer(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
                                proj_drop=drop)
         self.drop_path = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
-        self.mlp = Mlp(dim, validation.hidden_width(dim, mlp_ratio), drop=drop)
+        self.mlp = Mlp(dim, mlp_hidden(dim, mlp_ratio), drop=drop)
         self.gamma_1 = nn.Parameter(torch.full((dim,), float(init_values)))
         self.gamma_2 = nn.Parameter(torch.full((dim,), float(init_values)))
 

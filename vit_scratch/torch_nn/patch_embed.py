@@ -10,6 +10,7 @@ from einops import rearrange
 from torch import nn
 
 from .. import validation
+from .layers import check_args_by_hand
 
 
 class PatchEmbed(nn.Module):
@@ -25,9 +26,9 @@ class PatchEmbed(nn.Module):
     def __init__(self, img_size=224, patch_size: int = 16, in_chans: int = 3,
                  embed_dim: int = 768):
         super().__init__()
-        validation.check_layer_args(img_size=img_size, patch_size=patch_size, in_chans=in_chans,
-                                    embed_dim=embed_dim)
-        self.img_size = validation.to_2tuple(img_size, "img_size")
+        check_args_by_hand(img_size=img_size, patch_size=patch_size, in_chans=in_chans,
+                           embed_dim=embed_dim)
+        self.img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
         self.patch_size, self.in_chans = patch_size, in_chans
         self.grid_size = (self.img_size[0] // patch_size, self.img_size[1] // patch_size)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
@@ -40,6 +41,13 @@ class PatchEmbed(nn.Module):
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         """The embedding of images already checked: (B, C, H, W) -> (B, N, E)."""
         return self.proj(x).flatten(2).transpose(1, 2)  # (B, E, gh, gw) -> (B, N, E)
+
+
+def square_grid(positions: int) -> tuple[int, int] | None:
+    """The square grid (side, side) of ``positions`` patches, or None if it is not a square
+    (then the grid must be given: 12 positions read as 3×4 or as 4×3 alike)."""
+    side = math.isqrt(max(positions, 0))
+    return (side, side) if side * side == positions else None
 
 
 def resize_pos_embed(pos_embed, new_grid, old_grid=None, num_prefix_tokens: int = 1,
@@ -69,13 +77,12 @@ def resize_pos_embed(pos_embed, new_grid, old_grid=None, num_prefix_tokens: int 
         raise ValueError(f"pos_embed must have shape (1, tokens, C), got {tuple(pe.shape)}")
     n = pe.shape[1] - num_prefix_tokens
     if old_grid is None:
-        side = math.isqrt(max(n, 0))
-        if side * side != n:
+        old_grid = square_grid(n)
+        if old_grid is None:
             raise ValueError(
                 f"pos_embed has {n} grid entries after {num_prefix_tokens} prefix token(s), "
                 f"which is not a square grid; pass old_grid=(rows, cols)"
             )
-        old_grid = (side, side)
     old_grid = validation.to_2tuple(old_grid, "old_grid")
     new_grid = validation.to_2tuple(new_grid, "new_grid")
     if old_grid[0] * old_grid[1] != n:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import interface, validation
 from ..specs.vit import ViTConfig
 from .attention import Attention
 from .base import ModelBase
-from .layers import LAYER_NORM_EPS, DropPath, Mlp, init_weights_, trunc_normal_
+from .layers import (LAYER_NORM_EPS, DropPath, Mlp, init_weights_, layers_from_config, mlp_hidden,
+                     trunc_normal_)
 from .patch_embed import PatchEmbed
 
 
@@ -30,7 +30,7 @@ class Block(nn.Module):
                               proj_drop=drop)
         self.drop_path1 = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
-        self.mlp = Mlp(dim, validation.hidden_width(dim, mlp_ratio), drop=drop)
+        self.mlp = Mlp(dim, mlp_hidden(dim, mlp_ratio), drop=drop)
         self.drop_path2 = DropPath(drop_path)
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):
@@ -57,22 +57,20 @@ class VisionTransformer(ModelBase):
     def __init__(self, cfg: ViTConfig | None = None, **kwargs):
         cfg = ViTConfig.build(cfg, **kwargs)
         super().__init__(cfg)
-        C = cfg.embed_dim
-        self.num_features = self.embed_dim = C
-        self.patch_embed = PatchEmbed(cfg.img_size, cfg.patch_size, cfg.in_chans, C)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, C))
-        self.pos_embed = nn.Parameter(torch.zeros(1, 1 + self.patch_embed.num_patches, C))
-        self.pos_drop = nn.Dropout(cfg.drop_rate)
-        drop_path = torch.linspace(0, cfg.drop_path_rate, cfg.depth).tolist()  # deeper, more
-        self.blocks = nn.Sequential(*[
-            Block(C, cfg.num_heads, cfg.mlp_ratio, cfg.qkv_bias, drop=cfg.drop_rate,
-                  attn_drop=cfg.attn_drop_rate, drop_path=drop_path[i])
-            for i in range(cfg.depth)
-        ])
-        self.norm = nn.LayerNorm(C, eps=LAYER_NORM_EPS)
-        self.head = nn.Linear(C, cfg.num_classes) if cfg.num_classes else nn.Identity()
-        self.feature_info = [dict(num_chs=C, reduction=cfg.patch_size, module=f"blocks.{i}")
-                             for i in range(cfg.depth)]
+        with layers_from_config():  # validated: the layers skip a hand-built layer's checks
+            C = cfg.embed_dim
+            self.num_features = self.embed_dim = C
+            self.patch_embed = PatchEmbed(cfg.img_size, cfg.patch_size, cfg.in_chans, C)
+            self.cls_token = nn.Parameter(torch.zeros(1, 1, C))
+            self.pos_embed = nn.Parameter(torch.zeros(1, 1 + self.patch_embed.num_patches, C))
+            self.pos_drop = nn.Dropout(cfg.drop_rate)
+            drop_path = torch.linspace(0, cfg.drop_path_rate, cfg.depth).tolist()  # deeper, more
+            self.blocks = nn.Sequential(*[
+                Block(C, cfg.num_heads, cfg.mlp_ratio, cfg.qkv_bias, drop=cfg.drop_rate,
+                      attn_drop=cfg.attn_drop_rate, drop_path=drop_path[i])
+                for i in range(cfg.depth)
+            ])
+            self.norm, self.head = nn.LayerNorm(C, eps=LAYER_NORM_EPS), self.make_head(C)
         self.reset_parameters()
 
     @torch.no_grad()
@@ -105,14 +103,6 @@ class VisionTransformer(ModelBase):
         each passed through the final norm if ``norm``.  Returns ``(final features, maps)``, or
         only the maps with ``intermediates_only`` (then the blocks after the last index are skipped).
         """
-        take = interface.resolve_indices(indices, len(self.blocks))
-        interface.check_output_fmt(output_fmt)
-        x, maps = self.embed(images), []
-        last = take[-1] if intermediates_only else len(self.blocks) - 1
-        for i, blk in enumerate(self.blocks[:last + 1]):
-            x = blk(x)
-            if i in take:
-                y = self.norm(x) if norm else x
-                maps.append(interface.tokens_to_grid(y, self.patch_embed.grid_size,
-                                                     self.num_prefix_tokens, output_fmt))
+        x, maps = self.block_maps(images, indices, norm, output_fmt, intermediates_only,
+                                  self.num_prefix_tokens)
         return maps if intermediates_only else (self.norm(x), maps)

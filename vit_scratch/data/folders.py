@@ -1,0 +1,169 @@
+"""Folders of your own pictures: one subfolder per class (torchvision's ``ImageFolder``), with
+``train/``, ``val/`` and ``test/`` subfolders as the split if present; pictures that do not
+decode refused or left out, named either way.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .augment import ModelTransform
+from .splits import stratified_split, validation_split
+
+
+def _decode(path):
+    from PIL import Image
+
+    with open(path, "rb") as f:
+        image = Image.open(f)
+        image.load()
+    return image
+
+
+def _decode_errors():
+    from PIL import Image
+
+    return OSError, SyntaxError, ValueError, Image.DecompressionBombError
+
+
+def open_picture(path):
+    """A picture file -> a PIL image, fully decoded now (a truncated or damaged file fails
+    here, with a ``ValueError`` naming the file), in its own mode (16-bit greyscale stays
+    16-bit).  The loader of the trainer's image folders."""
+    try:
+        return _decode(path)
+    except _decode_errors() as error:
+        raise ValueError(f"picture {str(path)!r} cannot be decoded: {error}") from None
+
+
+def unreadable_pictures(paths) -> list[tuple[str, str]]:
+    """``(path, reason)`` for every file of ``paths`` that does not decode as a picture."""
+    bad = []
+    for path in paths:
+        try:
+            _decode(path)
+        except _decode_errors() as error:
+            bad.append((str(path), str(error) or type(error).__name__))
+    return bad
+
+
+def _split_folders(root: Path):
+    """``{"train": ..., "val": ..., "test": ...}`` for the split folders ``root`` holds (a
+    ``val/`` folder without ``test/`` is the test split), or ``None`` without ``train/``."""
+    if not (root / "train").is_dir():
+        return None
+    found = {name: root / name for name in ("train", "val", "test") if (root / name).is_dir()}
+    if "test" not in found and "val" in found:
+        found["test"] = found.pop("val")
+    return found if "test" in found else None
+
+
+def _image_folder(path: Path, transform, bad_images: str):
+    """torchvision's ``ImageFolder`` of ``path`` with our loader; unreadable pictures refused
+    or left out (with a warning naming them), as ``bad_images`` says."""
+    import warnings
+
+    from ..extras import require
+
+    image_folder = require("torchvision.datasets", "training on a folder of pictures").ImageFolder
+    try:
+        dataset = image_folder(str(path), transform=transform, loader=open_picture)
+    except (FileNotFoundError, OSError) as error:
+        raise ValueError(f"data folder {str(path)!r} holds no images in class subfolders "
+                         f"(expected {path}/<class>/<image>.png, ...): {error}") from None
+    if len(dataset.classes) < 2:
+        raise ValueError(f"data folder {str(path)!r} has {len(dataset.classes)} class "
+                         f"subfolder(s) with images; a classifier needs at least 2")
+    bad = unreadable_pictures(p for p, _ in dataset.samples)
+    if bad:
+        listed = "; ".join(f"{p} ({reason})" for p, reason in bad[:10])
+        more = f"; and {len(bad) - 10} more" if len(bad) > 10 else ""
+        if bad_images == "error":
+            raise ValueError(f"{len(bad)} picture(s) in {str(path)!r} cannot be decoded: "
+                             f"{listed}{more}. Remove or repair them, or pass --bad-images skip "
+                             f"to train without them")
+        warnings.warn(f"left out {len(bad)} picture(s) of {str(path)!r} that cannot be decoded: "
+                      f"{listed}{more}", stacklevel=3)
+        skipped = {p for p, _ in bad}
+        dataset.samples = [s for s in dataset.samples if s[0] not in skipped]
+        dataset.imgs, dataset.targets = dataset.samples, [t for _, t in dataset.samples]
+    return dataset
+
+
+def _with_transform(folder, transform):
+    """The same ``ImageFolder`` (the same files, scanned once), read through ``transform``."""
+    import copy
+
+    if folder.transform is transform:
+        return folder
+    other = copy.copy(folder)
+    other.transform = transform
+    return other
+
+
+def image_folder(root, model, bad_images: str = "error"):
+    """Every picture of ``root`` (one subfolder per class) as one dataset, shaped for ``model``
+    by :func:`preprocess` (no split, no augmentation): what ``python -m vit_scratch.evaluate
+    --data DIR`` evaluates."""
+    if bad_images not in ("skip", "error"):
+        raise ValueError(f"bad_images must be 'skip' or 'error', got {bad_images!r}")
+    return _image_folder(Path(root), ModelTransform(model), bad_images)
+
+
+def _same_classes(datasets: dict) -> None:
+    (first, a), *others = datasets.items()
+    for name, b in others:
+        if a.classes != b.classes:
+            raise ValueError(f"{first} and {name} have different class folders: "
+                             f"{a.classes} vs {b.classes}")
+
+
+def image_folder_datasets(root, model, test_fraction: float = 0.2, seed: int = 0, *,
+                          val_fraction: float | None = None, bad_images: str = "error",
+                          augment: ModelTransform | None = None):
+    """Your own pictures: a folder with one subfolder per class (torchvision's ``ImageFolder``).
+
+    Returns ``(train, test)``, or ``(train, val, test)`` when ``val_fraction`` is given.  If
+    ``root`` holds ``train/`` and ``test/`` folders (or ``train/`` and ``val/``, ImageNet's
+    layout: then ``val/`` is the test split), those are the split, and ``train/``, ``val/``,
+    ``test/`` are all three; otherwise ``test_fraction`` of each class is held out for testing
+    (stratified, fixed by ``seed``) and ``val_fraction`` of each class of the rest for
+    validation (:func:`validation_split`).  Every picture goes through
+    :class:`ModelTransform` (:func:`preprocess`: resize, centre crop, normalise, as the model's
+    ``pretrained_cfg`` says); the training split through ``augment`` if given.  Pictures that
+    do not decode are refused before anything is trained (``bad_images="error"``) or left out
+    with a warning (``"skip"``), named either way.  Every dataset has ``.classes`` (the folder
+    names)."""
+    from torch.utils.data import Subset
+
+    if bad_images not in ("skip", "error"):
+        raise ValueError(f"bad_images must be 'skip' or 'error', got {bad_images!r}")
+    root = Path(root)
+    plain = ModelTransform(model)
+    train_transform = augment if augment is not None else plain
+    split = _split_folders(root)
+    if split is not None:
+        parts = {name: _image_folder(path, train_transform if name == "train" else plain,
+                                     bad_images) for name, path in split.items()}
+        _same_classes({split[name]: d for name, d in parts.items()})
+        if val_fraction is None:
+            return parts["train"], parts["test"]
+        if "val" in parts:
+            return parts["train"], parts["val"], parts["test"]
+        train, val = validation_split(parts["train"], val_fraction, seed,
+                                      eval_dataset=_with_transform(parts["train"], plain))
+        return train, val, parts["test"]
+    full = _image_folder(root, plain, bad_images)
+    is_test = stratified_split(np.asarray(full.targets), test_fraction, seed)
+    if is_test.all() or not is_test.any():
+        raise ValueError(f"data folder {str(root)!r} has too few images ({len(full)}) to split "
+                         f"into train and test with test_fraction={test_fraction}")
+    train = Subset(_with_transform(full, train_transform), np.flatnonzero(~is_test).tolist())
+    test = Subset(full, np.flatnonzero(is_test).tolist())
+    train.classes = test.classes = full.classes
+    if val_fraction is None:
+        return train, test
+    train, val = validation_split(train, val_fraction, seed,
+                                  eval_dataset=Subset(full, train.indices))
+    return train, val, test

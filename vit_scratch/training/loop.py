@@ -1,0 +1,316 @@
+"""The loop: ``train(settings)`` reads top to bottom -- set-up, the epochs, save.
+
+1. **Set-up.**  Every setting is checked (``training.settings.check_settings``) before anything
+   is built, and a run is never written over unless ``overwrite``.  The model
+   (``--model``, ``--model-arg key=value``) gets as many classes as the data has; the data
+   follows the model: resized to its input size and normalised with its mean and std
+   (``vit_scratch.data.make_datasets``).  ``--val-fraction`` of each class of the training split
+   is held out for validation (stratified).  The runner of ``--backend`` (``training.runners``)
+   holds the optimiser and its schedule and computes every step.
+2. **The epochs.**  The augmentation of each batch (``vit_scratch.data.random_affine``), one
+   step of the recipe (``training.recipe``) per batch, the validation split evaluated, the best
+   epoch kept (``--patience`` stops early), and the run folder (``vit_scratch.run_folder``) given
+   the weights and everything ``--resume`` needs (``training.progress``).
+3. **Save.**  The test split is evaluated once, on the checkpoint ``--select`` chooses (the best
+   validation accuracy, or the last epoch); then ``metrics.json`` and ``curves.png``.
+
+Under ``torchrun`` (``vit_scratch.distributed``) every process runs this loop: rank 0 alone
+logs and writes.
+"""
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .. import distributed, run_folder
+from ..checkpoint_checks import CheckpointError
+from ..data import ModelTransform, data_classes, make_datasets, random_affine, validation_split
+from ..run_folder import CURVES, METRICS
+from ..weights import load_pretrained
+from .progress import RunProgress
+from .recipe import count_params, epoch_seeds
+from .runners import RUNNERS
+from .settings import TrainSettings, auto_threads, build_model, check_settings
+
+
+def train(settings: TrainSettings, resume: bool = False, overwrite: bool = False, log=print,
+          on_epoch_end=None, datasets=None) -> dict:
+    """Check ``settings``, build the model and the data, train, select, test, save as it goes;
+    returns a dict with ``model`` (the selected model), ``history``, ``test_accuracy``,
+    ``selected_epoch``, ``train_seconds``, ``cpu_seconds``, ``params``, ``out``.
+
+    ``resume=True`` continues the run in ``settings.out`` exactly where its last saved epoch
+    ended (or extends a finished run to more ``epochs``); ``overwrite=True`` replaces a run
+    there.  ``on_epoch_end(epoch, record)`` is called after each epoch has been saved.
+    ``settings.out=None`` trains without saving.
+
+    ``datasets=(train_set, test_set)`` or ``(train_set, val_set, test_set)``: any PyTorch
+    datasets of ``(image, label)`` pairs, images already shaped as the model expects (e.g.
+    torchvision's, with your own transforms); then ``settings.data`` only names them, and
+    without a validation set, ``--val-fraction`` of the training set is held out.  The model
+    gets ``len(train_set.classes)`` classes if the dataset has ``.classes``, else one more than
+    the largest label.
+
+    Under ``torchrun`` (``vit_scratch.distributed``) every process calls this: they join the
+    process group, and rank 0 alone logs and writes."""
+    world = distributed.world_from_env()
+    check_settings(settings, own_data=datasets is not None, world=world)
+    device = distributed.device_for(world, RUNNERS[settings.backend].compute_device(settings))
+    joined = distributed.join(world, device)
+    try:
+        return _train(settings, resume, overwrite, log if world.main else _quiet, on_epoch_end,
+                      datasets, world, device)
+    finally:
+        distributed.leave(joined)
+
+
+def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, device) -> dict:
+    # --- set-up: the run folder, the model, the data, the runner (optimiser and schedule)
+    out, state = _open_run_folder(settings, resume, overwrite, world, device)
+    torch.set_num_threads(settings.threads or auto_threads(world))
+    model, classes = _model_for_the_data(settings, datasets, state, out)
+    run = RunProgress.start(state, settings, out, world, device, log)
+    train_set, val_set, test_set = _datasets(settings, model, datasets)
+    share = settings.batch_size // world.size  # each process's part of a batch
+    sampler = distributed.train_sampler(train_set, world, settings.seed)
+    train_loader = torch.utils.data.DataLoader(
+        train_set, batch_size=share, sampler=sampler, num_workers=settings.workers,
+        pin_memory=device.type == "cuda")
+    val_loader, test_loader = (torch.utils.data.DataLoader(
+        distributed.shard(d, world), batch_size=max(256, share), num_workers=settings.workers)
+        for d in (val_set, test_set))
+    model.to(device)
+    runner = RUNNERS[settings.backend](model, settings, len(train_loader), state, world, device,
+                                       log)
+    if out is not None and world.main:
+        _write_run_start(out, settings, model, classes, run, overwrite and state is None)
+    log(f"{settings.model}: {count_params(model):,} parameters, {len(train_set)} train / "
+        f"{len(val_set)} validation / {len(test_set)} test images of "
+        f"{tuple(model.pretrained_cfg['input_size'])}, {len(classes)} classes, "
+        f"{settings.epochs} epochs on {device}"
+        f"{f' × {world.size} processes' if world.size > 1 else ''}"
+        f"{' (bf16 autocast)' if runner.autocast_dtype is not None else ''}"
+        f"{runner.label}, {torch.get_num_threads()} thread(s)")
+
+    # --- the epochs: train, validate, keep the best, save
+    show_bar = world.main and (settings.progress == "on" or (
+        settings.progress == "auto" and sys.stderr.isatty()))
+    first_epoch = run.epoch
+    for epoch in range(first_epoch, settings.epochs):
+        if run.out_of_patience(settings.patience):
+            log(f"stopping early: no better validation accuracy for {settings.patience} epochs")
+            break
+        if not settings.threads and epoch > first_epoch:  # the machine got busier or quieter
+            torch.set_num_threads(auto_threads(world, own=torch.get_num_threads()))
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        sampler.set_epoch(epoch)
+        record = train_epoch(runner, _progress(train_loader, epoch, settings.epochs, show_bar),
+                             settings, epoch, world, device)
+        val = runner.evaluate(val_loader)
+        record.update(val_loss=val["loss"], val_accuracy=val["accuracy"])
+        runner.push(model)  # the weights that are kept and saved are the model's
+        improved = run.add(record, model, time.perf_counter() - wall0,
+                           time.process_time() - cpu0)
+        if out is not None and world.main:
+            run.save(out, model, runner.optimizer, settings, classes, improved)
+        log(f"epoch {epoch + 1:3d}/{settings.epochs}  loss {record['train_loss']:.4f}  "
+            f"train acc {record['train_accuracy']:.4f}  val loss {record['val_loss']:.4f}  "
+            f"val acc {record['val_accuracy']:.4f}{'  best' if improved else ''}  "
+            f"({run.train_seconds:.0f} s)")
+        if on_epoch_end is not None:
+            on_epoch_end(epoch + 1, record)
+
+    # --- save: test the selected checkpoint once, write metrics.json, then draw
+    selected_epoch = run.select(model, settings.select)
+    runner.pull(model)
+    test = runner.evaluate(test_loader)
+    result = {
+        "model": settings.model, "data": settings.data, "classes": classes,
+        "test_accuracy": test["accuracy"], "test_loss": test["loss"],
+        "select": settings.select, "selected_epoch": selected_epoch,
+        "best_epoch": run.best_epoch, "best_val_accuracy": run.best_val_accuracy,
+        "epochs_done": run.epoch, "stopped_early": run.epoch < settings.epochs,
+        "train_seconds": run.train_seconds, "cpu_seconds": run.cpu_seconds,
+        "params": count_params(model),
+        "images": {"train": len(train_set), "val": len(val_set), "test": len(test_set)},
+        "device": str(device), "processes": world.size,
+        "precision": "bf16" if runner.autocast_dtype is not None else "fp32",
+        "threads": torch.get_num_threads(), "torch": str(torch.__version__),
+        "settings": asdict(settings), "history": run.history}
+    if out is not None and world.main:
+        run_folder.write_json(result, out / METRICS)
+        run.finish(out)
+        _draw_curves(run.history, out, settings, result)
+    log(f"test accuracy {test['accuracy']:.4f} ({settings.select} checkpoint: epoch "
+        f"{selected_epoch}, validation accuracy "
+        f"{run.history[selected_epoch - 1]['val_accuracy']:.4f}) after {run.epoch} epochs "
+        f"({run.train_seconds:.1f} s wall, {run.cpu_seconds:.1f} s CPU, {device})"
+        f"{f' -> {out}' if out is not None else ''}")
+    return {**result, "model": model, "out": out}
+
+
+def train_epoch(runner, batches, settings: TrainSettings, epoch: int, world, device) -> dict:
+    """One pass over this process's share of the training data: the augmentation and a step of
+    the runner per batch; returns the epoch's record (loss, plain cross-entropy and accuracy,
+    added up over all processes, and the last learning rate).  Its random streams start from
+    ``(seed, epoch, rank)`` (``recipe.epoch_seeds``)."""
+    torch_seed, augment_seed = epoch_seeds(settings.seed, epoch, world.rank)
+    torch.manual_seed(torch_seed)  # dropout, stochastic depth, the loader's workers
+    runner.seed(torch_seed)  # the runner's own streams (the NumPy room's stochastic depth)
+    augment = torch.Generator().manual_seed(augment_seed)
+    runner.train()
+    sums = np.zeros(4)  # loss, cross-entropy (both summed over images), correct, images
+    for images, labels in batches:
+        images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
+        images = random_affine(images, settings.rotate, settings.translate, settings.scale,
+                               augment)
+        lr = runner.lr
+        step = runner.step(images, labels)
+        sums += (step.loss * len(labels), step.cross_entropy * len(labels), step.correct,
+                 len(labels))
+        if hasattr(batches, "set_postfix"):  # the progress bar
+            batches.set_postfix(loss=f"{step.loss:.3f}", lr=f"{lr:.2e}", refresh=False)
+    loss, cross_entropy, correct, count = distributed.sum_over_processes(sums.tolist(), device)
+    return {"epoch": epoch + 1, "lr": lr, "train_loss": loss / count,
+            "train_cross_entropy": cross_entropy / count, "train_accuracy": correct / count}
+
+
+# --- the set-up -------------------------------------------------------------------------------
+
+def _open_run_folder(settings, resume, overwrite, world, device):
+    """``(out, state)``: the checked run folder (``None`` without ``--out``) and, resuming, its
+    saved state.  Rank 0 alone checks and reads the folder; the others get its verdict and the
+    state, so that every process stops on an error and resumes from the same epoch."""
+    out = Path(settings.out) if settings.out is not None else None
+    if out is None:
+        if resume:
+            raise ValueError("resume needs the run folder (--out)")
+        return None, None
+    error, state = None, None
+    if world.main:
+        try:
+            run_folder.check_out(out, resume, overwrite)
+            if resume:
+                state = run_folder.load_state(out)
+                run_folder.check_resume(settings, state, out)
+        except (ValueError, CheckpointError) as caught:
+            error = caught
+    verdict = distributed.same_everywhere(None if error is None else str(error), device)
+    if error is not None:
+        raise error
+    if verdict is not None:
+        raise ValueError(verdict)
+    return out, distributed.broadcast(state, device)
+
+
+def _model_for_the_data(settings: TrainSettings, datasets, state: dict | None, out: Path | None):
+    """The model, with as many classes as the data has, and the class names.  Resuming: the
+    run's model with its saved weights, after checking that the data has the run's classes."""
+    classes = class_names(datasets[0]) if datasets is not None else data_classes(settings.data)
+    if state is None:
+        start = settings.init
+        if settings.pretrained:  # fetched (or found in the cache) before anything is built
+            from .. import hub
+
+            start = hub.download(settings.model, option="--pretrained")
+        torch.manual_seed(settings.seed)
+        model = build_model(settings, len(classes))
+        if start is not None:
+            init_from(model, start)
+        return model, classes
+    saved = state["settings"]
+    model = build_model(settings, len(state["classes"]))
+    own, weights = model.state_dict(), state["model"]
+    mismatch = {"missing": [k for k in own if k not in weights],
+                "unexpected": [k for k in weights if k not in own],
+                "mis-shaped": [k for k in own if k in weights and own[k].shape != weights[k].shape]}
+    if any(mismatch.values()):  # a run of another model
+        listed = "; ".join(f"{what}: {', '.join(keys[:6])}{', ...' if len(keys) > 6 else ''}"
+                           for what, keys in mismatch.items() if keys)
+        raise CheckpointError(f"--resume: the run in {str(out)!r} was trained with --model "
+                              f"{saved['model']} {saved['model_kwargs']}, not {settings.model} "
+                              f"{settings.model_kwargs}; its weights do not fit ({listed})")
+    model.load_state_dict(weights)
+    if classes != state["classes"]:
+        raise ValueError(f"--resume: the data's classes {classes} are not the run's "
+                         f"{state['classes']}")
+    return model, classes
+
+
+def _datasets(settings: TrainSettings, model, datasets):
+    """``(train, val, test)``: the data shaped for the model, or the caller's datasets, with
+    ``--val-fraction`` of the training split held out when there is no validation set."""
+    if datasets is not None:
+        if len(datasets) == 3:
+            return tuple(datasets)
+        train_set, test_set = datasets
+        return (*validation_split(train_set, settings.val_fraction, settings.split_seed),
+                test_set)
+    augment = ModelTransform(model, settings.flip, settings.crop_scale, settings.color_jitter)
+    return make_datasets(settings.data, model, settings.test_fraction, settings.split_seed,
+                         val_fraction=settings.val_fraction, bad_images=settings.bad_images,
+                         augment=augment if augment.augments else None)
+
+
+def _write_run_start(out: Path, settings, model, classes, run, replace: bool) -> None:
+    """Once everything is set up: the old run's files gone (``--overwrite``), settings.json,
+    and metrics.csv as the saved history has it (a resumed run)."""
+    if replace:
+        run_folder.remove_run_files(out)
+    run_folder.write_settings(out, settings, model, classes)
+    if run.history:
+        run_folder.write_metrics_csv(out, run.history)
+
+
+def _draw_curves(history, out: Path, settings, result) -> None:
+    """curves.png; skipped with a warning when matplotlib is missing or the figure fails -- a
+    finished run keeps its files either way (metrics.json is written before)."""
+    try:
+        from ..plotting import save_training_curves
+
+        save_training_curves(history, out / CURVES, title=f"{settings.model} on {settings.data}",
+                             selected_epoch=result["selected_epoch"],
+                             test_accuracy=result["test_accuracy"],
+                             label_smoothing=settings.label_smoothing)
+    except Exception as error:  # noqa: BLE001 -- a figure never costs a run its results
+        warnings.warn(f"{CURVES} not drawn ({type(error).__name__}: {error}); the run's other "
+                      f"files are complete", stacklevel=2)
+
+
+def init_from(model, path) -> None:
+    """Load the weights of ``path`` into ``model`` for fine-tuning: strictly, except that a head
+    for another number of classes is replaced by a fresh one (``weights.load_pretrained``).
+    Mismatched keys raise ``CheckpointError`` naming them."""
+    load_pretrained(model, path)
+
+
+def class_names(dataset) -> list[str]:
+    """``dataset.classes``, or ``["0", ..., str(max label)]`` read from ``.targets`` or from the
+    dataset itself."""
+    classes = getattr(dataset, "classes", None)
+    if classes:
+        return [str(c) for c in classes]
+    from ..data import dataset_labels
+
+    return [str(c) for c in range(int(dataset_labels(dataset).max()) + 1)]
+
+
+def _progress(loader, epoch: int, epochs: int, show: bool):
+    if not show:
+        return loader
+    from ..extras import require
+
+    tqdm = require("tqdm.auto", "the progress bar (--progress)").tqdm
+    return tqdm(loader, desc=f"epoch {epoch + 1}/{epochs}", leave=False, unit="batch",
+                dynamic_ncols=True)
+
+
+def _quiet(*_):
+    pass

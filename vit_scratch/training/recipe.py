@@ -1,0 +1,145 @@
+"""The recipe: what one optimisation step does, and how a model is evaluated -- a scaled-down
+DeiT recipe (Touvron et al., "Training data-efficient image transformers & distillation through
+attention", ICML 2021, https://arxiv.org/abs/2012.12877), written by hand to be read.
+
+    param_groups     AdamW's groups: weight decay on weight matrices and kernels only
+    lr_schedule      linear warm-up, then cosine decay to 0 (``vit_scratch.schedule.lr_at``'s
+                     curve, as PyTorch's schedulers)
+    objective        the loss a step minimises: cross-entropy with label smoothing
+    train_step       forward, the objective, backward (gradient accumulation, DDP), AdamW
+    evaluate         mean cross-entropy and accuracy over a loader (added up over processes)
+    epoch_seeds      each epoch's random streams, from (seed, epoch, rank)
+
+Stochastic depth and dropout are the model's (its config); the augmentation is
+``vit_scratch.data.random_affine``, applied by the loop.  This is the PyTorch backend's recipe;
+the NumPy backend computes the same step with the NumPy room (``numpy_nn.training``), behind the
+same runner interface (``training.runners``).  Infrastructure: ``torch.optim.AdamW`` and its
+schedulers, ``torch.distributed`` (``vit_scratch.distributed``).
+"""
+from __future__ import annotations
+
+import warnings
+from contextlib import nullcontext
+from typing import NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .. import distributed
+
+
+def count_params(model) -> int:
+    """Parameters of ``model``, each tensor counted once (CoaT registers some twice)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def param_groups(model, weight_decay: float) -> list[dict]:
+    """AdamW groups: weight decay on weight matrices and kernels only -- not on biases, norms,
+    LayerScale vectors, or the tokens and embeddings the model lists in ``no_weight_decay()``."""
+    skip = model.no_weight_decay()
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (decay if p.ndim >= 2 and name not in skip else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def lr_schedule(optimizer, total: int, warmup: int, done: int = 0):
+    """``vit_scratch.schedule.lr_at``'s curve as PyTorch's schedulers
+    (``torch.optim.lr_scheduler``): ``LinearLR`` for the warm-up, then ``CosineAnnealingLR``,
+    chained by ``SequentialLR``; the same learning rates as ``lr_at`` to float rounding
+    (tested).  Stepped ``done`` times: where a resumed run stopped (the schedule's length may
+    have changed: ``--resume --epochs N``)."""
+    from torch.optim import lr_scheduler
+
+    cosine = lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, total - warmup))
+    schedule = cosine
+    if warmup > 0:
+        ramp = lr_scheduler.LinearLR(optimizer, start_factor=1 / warmup, end_factor=1.0,
+                                     total_iters=max(1, warmup - 1))
+        schedule = lr_scheduler.SequentialLR(optimizer, [ramp, cosine], milestones=[warmup])
+    with warnings.catch_warnings():  # stepping without optimizer steps, on purpose
+        warnings.simplefilter("ignore", UserWarning)
+        for _ in range(done):
+            schedule.step()
+    return schedule
+
+
+class Step(NamedTuple):
+    """What :func:`train_step` returns, for one process's share of the batch."""
+
+    loss: float  # the objective: cross-entropy with label smoothing
+    correct: int  # predictions that were right
+    cross_entropy: float  # the plain cross-entropy, comparable with the validation loss
+
+
+def objective(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0):
+    """The loss a step minimises, summed over the images of ``logits`` (B, num_classes):
+    cross-entropy with label smoothing.  :func:`train_step` divides it by the batch's image
+    count, so that the parts of an accumulated batch add up to the batch's mean."""
+    return F.cross_entropy(logits, labels, label_smoothing=label_smoothing, reduction="sum")
+
+
+def train_step(model, images, labels, optimizer, label_smoothing: float = 0.0,
+               autocast_dtype: torch.dtype | None = None, accum_steps: int = 1) -> Step:
+    """One optimisation step on a batch: the mean loss over its images, its gradient, AdamW.
+
+    ``accum_steps`` > 1 splits the batch into that many parts and adds their gradients up
+    (each part's summed loss over the batch's image count) before the one step: the same step
+    with less memory.  Under DDP, only the last part's backward averages the gradients of the
+    processes (``no_sync`` before)."""
+    n = len(labels)
+    parts = [(x, y) for x, y in zip(images.tensor_split(accum_steps),
+                                    labels.tensor_split(accum_steps)) if len(y)]
+    optimizer.zero_grad(set_to_none=True)
+    loss_sum, ce_sum, correct = 0.0, 0.0, 0
+    for i, (x, y) in enumerate(parts):
+        last = i == len(parts) - 1
+        with (nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()):
+            with torch.autocast(x.device.type, dtype=autocast_dtype or torch.bfloat16,
+                                enabled=autocast_dtype is not None):
+                logits = model(x)
+            logits = logits if logits.dtype == torch.float64 else logits.float()  # bf16 -> fp32
+            loss = objective(logits, y, label_smoothing) / n
+            loss.backward()
+        loss_sum += loss.item()
+        with torch.no_grad():
+            ce_sum += F.cross_entropy(logits, y, reduction="sum").item() / n
+            correct += (logits.argmax(-1) == y).sum().item()
+    optimizer.step()
+    return Step(loss_sum, correct, ce_sum)
+
+
+@torch.no_grad()
+def evaluate(model, loader, device, autocast_dtype: torch.dtype | None = None) -> dict:
+    """Mean cross-entropy and accuracy of ``model`` over ``loader``, and the image count."""
+    model.eval()
+    loss_sum, correct, count = 0.0, 0, 0
+    for images, labels in loader:
+        images, labels = images.to(device), labels.to(device)
+        with torch.autocast(device.type, dtype=autocast_dtype or torch.bfloat16,
+                            enabled=autocast_dtype is not None):
+            logits = model(images).float()
+        loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
+        correct += (logits.argmax(-1) == labels).sum().item()
+        count += len(labels)
+    return {"loss": loss_sum / max(1, count), "accuracy": correct / max(1, count),
+            "count": count}
+
+
+def evaluate_everywhere(model, loader, device, autocast_dtype=None) -> dict:
+    """:func:`evaluate` of this process's share, added up over all processes."""
+    part = evaluate(model, loader, device, autocast_dtype)
+    loss_sum, correct, count = distributed.sum_over_processes(
+        [part["loss"] * part["count"], part["accuracy"] * part["count"], part["count"]], device)
+    return {"loss": loss_sum / max(1, count), "accuracy": round(correct) / max(1, count),
+            "count": round(count)}
+
+
+def epoch_seeds(seed: int, epoch: int, rank: int) -> tuple[int, int]:
+    """Two seeds for one epoch of one process (PyTorch's global generator -- dropout, stochastic
+    depth, the loader's workers -- and the augmentation's), drawn from ``(seed, epoch, rank)``
+    by NumPy's ``SeedSequence``: a resumed run needs no saved random state."""
+    a, b = np.random.SeedSequence([seed, epoch, rank]).generate_state(2)
+    return int(a), int(b)
