@@ -6,8 +6,8 @@
   docstrings and its stub, rendered (docs/exercise_pages.py). A link to the file, on any page,
   goes to that page, which offers the file itself for download.
 * Files a page links to (LICENSE, a figure, a test) are carried along, so every link of the
-  site resolves. The instructors' folders (``exercises/solutions/``, ``exercises/hidden/``,
-  ``exercises/grader/``) never are: a page that links into them fails the build.
+  site resolves. The instructors' folders (``exercises/solutions/`` and ``exercises/grader/``,
+  where the hidden tests live) never are: a page that links into them fails the build.
 * Notebook pages are HTML made by nbconvert, which MkDocs does not rewrite: their links to ``.md``
   and ``.ipynb`` files are pointed at the pages here, a link to nothing fails the build, and the
   table of contents is made from the headings' own anchors.
@@ -41,7 +41,7 @@ ROOT = doccheck.ROOT
 log = logging.getLogger("mkdocs.hooks.site")
 # docs pages in reading order after the notebooks; any other docs/*.md follows alphabetically
 DOCS_ORDER = ["glossary", "library", "training", "results", "speed", "instructors", "maintainers"]
-NEVER_PUBLISHED = ("exercises/solutions", "exercises/hidden", "exercises/grader")
+NEVER_PUBLISHED = ("exercises/solutions", "exercises/grader")
 MATHJAX_DIR = "assets/mathjax"
 # MathJax's combined configuration, then the site's own (docs/site_assets/mathjax_site.js, served
 # as MATHJAX_DIR/config/site.js): the fonts the served copy holds
