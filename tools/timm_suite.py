@@ -4,7 +4,9 @@ nothing else).
 
     python tools/timm_suite.py             # the CI cut (what tests/test_timm_suite.py runs)
     python tools/timm_suite.py --full      # every applicable test on every shared name
-    python tools/timm_suite.py --full --json timm_suite.json --markdown
+    python tools/timm_suite.py --full --table  # ... and the table, timm test × family (Markdown)
+    python tools/timm_suite.py --full --json timm_suite.json   # every item's outcome
+    python tools/timm_suite.py --report timm_suite.json --table   # the table of a saved run
 
 1. **Fetch** (once): ``pip download --no-binary :all: --no-deps timm==<installed version>`` into
    ``~/.cache/vit-scratch/timm-<version>/`` (``$XDG_CACHE_HOME`` if set), and its ``tests/``
@@ -208,19 +210,24 @@ def main(argv=None) -> int:
     parser.add_argument("--names", nargs="+", help="run on these names only (with --full: "
                         "every test on them)")
     parser.add_argument("--json", help="write the report (every item's outcome) to this file")
-    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    parser.add_argument("--table", "--markdown", dest="table", action="store_true",
+                        help="print the table, timm test × family, as Markdown")
+    parser.add_argument("--report", help="no run: read this saved report (--json) instead")
     parser.add_argument("pytest_args", nargs="*", help="passed on to pytest (after --)")
     args = parser.parse_args(argv)
-    tests = fetch_tests()
     names = args.names or (None if args.full else representatives(shared_names()))
-    report = run(tests, names=names, leave_out=() if args.full else LEFT_OUT_OF_CI,
-                 extra_args=args.pytest_args)
+    if args.report:
+        report = json.loads(Path(args.report).read_text())
+    else:
+        report = run(fetch_tests(), names=names, leave_out=() if args.full else LEFT_OUT_OF_CI,
+                     extra_args=args.pytest_args)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     counts = collections.Counter(i["outcome"] for i in report["items"])
+    ran = sorted({i["name"] for i in report["items"] if i["name"] and i["outcome"] != "not run"})
     print(f"timm {report['timm_version']}: {dict(counts)} in {report['seconds']} s "
-          f"(names: {'all shared' if names is None else ', '.join(names)})")
-    if args.markdown:
+          f"(names: {', '.join(ran)})")
+    if args.table:
         print(markdown(report))
     else:
         for test, row in table(report).items():
