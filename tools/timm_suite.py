@@ -227,6 +227,8 @@ def main(argv=None) -> int:
     ran = sorted({i["name"] for i in report["items"] if i["name"] and i["outcome"] != "not run"})
     print(f"timm {report['timm_version']}: {dict(counts)} in {report['seconds']} s "
           f"(names: {', '.join(ran)})")
+    if report.get("exitstatus") == 2:  # pytest's "interrupted"
+        print("interrupted: only the tests listed ran (pytest stopped before the others)")
     if args.table:
         print(markdown(report))
     else:
