@@ -65,6 +65,9 @@ def test_attributes(pair):
         assert m.pretrained_cfg["architecture"] == name
     for method in interface.TORCH_METHODS:
         assert callable(getattr(model, method, None)), f"{name}: no {method}"
+    for attr in interface.TORCH_ATTRIBUTES:
+        assert hasattr(model, attr), f"{name}: {type(model).__name__} lacks {attr}"
+    assert model.in_chans == model.cfg.in_chans and model.head_hidden_size == model.num_features
     for method in interface.METHODS:
         assert callable(getattr(np_model, method, None)), f"{name}: NumPy model has no {method}"
     assert type(model).__name__ == type(np_model).__name__  # one class name in both rooms
@@ -156,12 +159,19 @@ def test_attention_maps_and_grids_both_rooms(pair):
 
 @pytest.mark.parametrize("name", TIMM_NAMES)
 def test_pretrained_cfg_matches_timm(name):
+    """The numbers of the preprocessing, and the keys timm's own tests read (the weights'
+    tag: timm's cfg of ``name.tag``); ``fixed_input_size`` differs for CoaT on purpose (ours
+    takes any multiple of the total stride)."""
     from timm.models import get_pretrained_cfg
 
     ours = vit_scratch.get_pretrained_cfg(name)
-    theirs = get_pretrained_cfg(name).to_dict()  # timm's registry: no model is built
+    theirs = get_pretrained_cfg(f"{name}.{ours['tag']}").to_dict()  # timm's registry: no model
     for key in ("input_size", "mean", "std", "crop_pct", "interpolation", "num_classes"):
         assert tuple(np.atleast_1d(ours[key])) == tuple(np.atleast_1d(theirs[key])), key
+    for key in ("first_conv", "classifier", "pool_size", "crop_mode", "tag", "license",
+                "hf_hub_id"):
+        assert ours[key] == theirs[key], key
+    assert ours["fixed_input_size"] is (theirs["fixed_input_size"] and "coat" not in name)
 
 
 @pytest.mark.parametrize("name", TIMM_NAMES)

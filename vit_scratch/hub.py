@@ -124,19 +124,24 @@ def create_model(name: str, pretrained: bool = False, checkpoint_path=None, cach
 
     kwargs override the name's config fields (``num_classes``, ``img_size``, ``in_chans``,
     ``drop_path_rate`` and the family's own: ``get_config(name)`` shows them all); a
-    position embedding of another size is resized on load.
+    position embedding of another size is resized on load, and the first convolution of RGB
+    weights is adapted to another ``in_chans`` (as timm's ``adapt_input_conv``).  timm's other
+    factory keywords -- ``device``, ``dtype``, ``global_pool``, ``dynamic_img_size``,
+    ``features_only``, ``out_indices``, ``feature_cls`` -- are ``vit_scratch.models``'
+    ``MODEL_OPTIONS``; a feature extractor is built after the weights are loaded.
     """
     family, spec = lookup(name)  # an unknown name lists the known ones
-    path = _weights_file(name, pretrained, checkpoint_path, cache_dir)
+    path = _weights_file(spec.name, pretrained, checkpoint_path, cache_dir)
+    kwargs, options, features = models.split_options(family, kwargs)
     cfg = spec.config(**kwargs)  # bad kwargs: refused before anything is downloaded
     if pretrained:
-        path = download(name, cache_dir)
-    model = models.build_model(family, spec, cfg)
+        path = download(spec.name, cache_dir)
+    model = models.build_model(family, spec, cfg, **options)
     if path is not None:
         from .weights import load_pretrained
 
         load_pretrained(model, path)
-    return model
+    return models.feature_model(model, **features)
 
 
 def create_numpy_model(name: str, params: dict | None = None, pretrained: bool = False,
@@ -151,6 +156,7 @@ def create_numpy_model(name: str, params: dict | None = None, pretrained: bool =
     loads strictly, its head included (``num_classes`` must be the file's).
     """
     family, spec = lookup(name)  # an unknown name lists the known ones
+    name = spec.name  # without a tag
     path = _weights_file(name, pretrained, checkpoint_path, cache_dir)
     given = params is not None
     if given and (pretrained or path is not None):

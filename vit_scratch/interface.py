@@ -19,8 +19,15 @@ Methods
     get_attention_maps(images)          raw attention, one entry per attention layer (shape per family)
     get_attention_grids(images)         one (B, heads, gh, gw) map per attention layer: where
                                         the readout looks, on the patch grid, ready to draw
-PyTorch room only
-    get_classifier(), reset_classifier(num_classes), no_weight_decay(), adapt_state_dict(sd)
+PyTorch room only (timm's, as timm's own test suite asks: tests/test_timm_suite.py)
+    in_chans, head_hidden_size, global_pool ("token", "avg"; ViT and CaiT also "": no pooling),
+    dynamic_img_size, grad_checkpointing         attributes
+    get_classifier(), reset_classifier(num_classes, global_pool=None), no_weight_decay(),
+    adapt_state_dict(sd), set_grad_checkpointing(enable=True), group_matcher(coarse=False),
+    prune_intermediate_layers(indices, prune_norm=False, prune_head=True), set_input_size(img_size)
+    forward_intermediates(..., stop_early=False, return_prefix_tokens=False, output_dict=False)
+    torch.jit.script(model) and torch.fx tracing; features_only=True in create_model (a backbone
+    of feature maps: torch_nn.features)
 
 This module holds the pieces both rooms share; it imports neither NumPy nor PyTorch
 (einops works on arrays and tensors alike).
@@ -35,8 +42,11 @@ ATTRIBUTES = ("cfg", "num_classes", "num_features", "embed_dim", "num_prefix_tok
               "pretrained_cfg")
 METHODS = ("forward_features", "forward_head", "forward_intermediates",
            "get_intermediate_layers", "get_attention_maps", "get_attention_grids")
+TORCH_ATTRIBUTES = ATTRIBUTES + ("in_chans", "head_hidden_size", "global_pool",
+                                 "dynamic_img_size", "grad_checkpointing")
 TORCH_METHODS = METHODS + ("get_classifier", "reset_classifier", "no_weight_decay",
-                           "adapt_state_dict")
+                           "adapt_state_dict", "set_grad_checkpointing", "group_matcher",
+                           "prune_intermediate_layers", "set_input_size")
 OUTPUT_FORMATS = ("NCHW", "NLC")
 
 
@@ -67,6 +77,25 @@ def check_output_fmt(output_fmt: str) -> str:
     if output_fmt not in OUTPUT_FORMATS:
         raise ValueError(f"output_fmt must be one of {OUTPUT_FORMATS}, got {output_fmt!r}")
     return output_fmt
+
+
+def intermediates_result(final, maps: list, prefixes: list | None = None,
+                         output_dict: bool = False):
+    """What ``forward_intermediates`` returns, in timm's conventions: ``(final, maps)``, or
+    ``maps`` alone when ``final`` is None (``intermediates_only``); with ``prefixes`` (the
+    prefix tokens of each map, ``return_prefix_tokens``) each map becomes a ``(map, prefix)``
+    pair; ``output_dict`` gives ``{"image_intermediates": maps, "image_features": final,
+    "image_intermediates_prefix": prefixes}`` instead (the entries that exist)."""
+    if output_dict:
+        out = {"image_intermediates": maps}
+        if prefixes is not None:
+            out["image_intermediates_prefix"] = prefixes
+        if final is not None:
+            out["image_features"] = final
+        return out
+    if prefixes is not None:
+        maps = list(zip(maps, prefixes))
+    return maps if final is None else (final, maps)
 
 
 def tokens_to_grid(tokens, grid: tuple[int, int], num_prefix_tokens: int = 0,

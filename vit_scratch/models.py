@@ -1,10 +1,12 @@
 """The model factory: a name leads to its family's classes through one table.
 
     create_model("vit_tiny_patch16_224", num_classes=10)          # PyTorch nn.Module
+    create_model("coat_lite_tiny", features_only=True)            # a backbone of feature maps
     create_numpy_model("vit_tiny_patch16_224", params)            # NumPy model
     list_models(), get_config(name), get_pretrained_cfg(name)
 
 Names and architectures are timm's, so a timm or official checkpoint of the same name loads.
+A name may carry the tag of its published weights, as timm's do (``deit_tiny_patch16_224.fb_in1k``).
 :data:`FAMILIES` has one line per family: its torch-free spec module (config, key/shape table,
 and ``MODELS``, the names it registers) and its model class in each room.  The room classes are
 looked up on first use, so ``import vit_scratch`` does not import PyTorch and a NumPy model
@@ -12,6 +14,7 @@ builds without it.
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import re
@@ -22,8 +25,8 @@ from typing import Callable
 from .specs import cait, coat, vit
 from .specs.base import ModelSpec
 
-__all__ = ["FAMILIES", "create_model", "create_numpy_model", "get_config", "get_pretrained_cfg",
-           "list_models"]
+__all__ = ["FAMILIES", "MODEL_OPTIONS", "create_model", "create_numpy_model", "get_config",
+           "get_pretrained_cfg", "list_models"]
 
 
 def torch_nn():
@@ -77,12 +80,20 @@ def _name_table(families: tuple, sizes: tuple) -> dict[str, tuple[Family, ModelS
 
 
 def lookup(name: str) -> tuple[Family, ModelSpec]:
-    """``(family, spec)`` of a registered name; unknown names list the known ones."""
+    """``(family, spec)`` of a registered name, or of ``name.tag`` with the tag of the name's
+    published weights (timm's tagged names); unknown names list the known ones."""
     registered = _registered()
-    if not isinstance(name, str) or name not in registered:
+    arch, _, tag = name.partition(".") if isinstance(name, str) else (name, "", "")
+    if not isinstance(name, str) or arch not in registered:
         raise ValueError(f"unknown model name {name!r}; known models: "
                          f"{', '.join(sorted(registered))}")
-    return registered[name]
+    spec = registered[arch][1]
+    if tag and tag != spec.tag:
+        known = (f"the tag of its weights is {spec.tag!r}" if spec.tag
+                 else "it has no published weights")
+        raise ValueError(f"unknown model name {name!r}: {arch} is known, but {known} (timm's "
+                         f"other tags of {arch} are timm's alone)")
+    return registered[arch]
 
 
 def list_models(filter: str = "") -> list[str]:
@@ -111,21 +122,96 @@ def create_model(name: str, **kwargs):
     """Build the PyTorch model ``name`` (randomly initialised, as for training from scratch).
 
     kwargs override the name's config fields (``num_classes``, ``img_size``, ``in_chans``,
-    ``drop_path_rate`` and the family's own: ``get_config(name)`` shows them all).
+    ``drop_path_rate`` and the family's own: ``get_config(name)`` shows them all), or are one of
+    timm's factory keywords (:data:`MODEL_OPTIONS`).
     Load weights with ``vit_scratch.load_checkpoint(model, path)``, or build the model with
     them: ``vit_scratch.create_model`` (``vit_scratch.hub.create_model``) adds timm's
     ``pretrained=`` and ``checkpoint_path=`` to this.
     """
     family, spec = lookup(name)
-    return build_model(family, spec, spec.config(**kwargs))
+    kwargs, options, features = split_options(family, kwargs)
+    cfg = spec.config(**kwargs)  # bad kwargs: refused before anything is built
+    return feature_model(build_model(family, spec, cfg, **options), **features)
 
 
-def build_model(family: Family, spec: ModelSpec, cfg):
+#: What ``create_model`` takes besides a config's fields: timm's factory keywords, which change
+#: neither the config nor the weights' shapes.
+#:   device, dtype        where the parameters are created and their floating dtype
+#:   global_pool          how the features are pooled (``"token"``, ``"avg"``; ``""``: not at all,
+#:                        ``forward`` returns tokens; the family's ``global_pools``)
+#:   dynamic_img_size     a model with a position embedding takes any size its patches tile
+#:   features_only, out_indices, feature_cls   a backbone that returns feature maps
+#:                        (``vit_scratch.torch_nn.features``; ``feature_cls="getter"``, timm's name)
+MODEL_OPTIONS = ("device", "dtype", "global_pool", "dynamic_img_size")
+FEATURE_OPTIONS = ("features_only", "out_indices", "feature_cls")
+
+
+def split_options(family: Family, kwargs: dict) -> tuple[dict, dict, dict]:
+    """``kwargs`` -> (config fields, :data:`MODEL_OPTIONS`, :data:`FEATURE_OPTIONS`), the
+    options checked (a ``ValueError`` naming the option and the value)."""
+    from . import validation
+
+    rest = dict(kwargs)
+    options = {k: rest.pop(k) for k in MODEL_OPTIONS if k in rest}
+    features = {k: rest.pop(k) for k in FEATURE_OPTIONS if k in rest}
+    pools = family.torch_class().global_pools
+    if options.get("global_pool") is not None and options["global_pool"] not in pools:
+        raise ValueError(f"global_pool must be one of {pools} for {family_name(family)}, got "
+                         f"{options['global_pool']!r}")
+    if options.get("dynamic_img_size") is not None:
+        validation.check_bool(options["dynamic_img_size"], "dynamic_img_size")
+    if "features_only" in features:
+        validation.check_bool(features["features_only"], "features_only")
+    if features.get("feature_cls") not in (None, "getter"):
+        raise ValueError(f"feature_cls must be 'getter' (features from forward_intermediates, "
+                         f"which every family has) or None, got {features['feature_cls']!r}")
+    if options.get("device") is not None or options.get("dtype") is not None:
+        import torch
+
+        device, dtype = options.get("device"), options.get("dtype")
+        if device is not None:
+            try:
+                options["device"] = torch.device(device)
+            except (RuntimeError, TypeError):
+                raise ValueError(f"device must be a torch.device or a device name such as "
+                                 f"'cpu', 'cuda' or 'meta', got {device!r}") from None
+        if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise ValueError(f"dtype must be a floating-point torch.dtype (torch.float32, "
+                             f"torch.bfloat16, ...), got {dtype!r}")
+    return rest, options, features
+
+
+def build_model(family: Family, spec: ModelSpec, cfg, device=None, dtype=None,
+                global_pool=None, dynamic_img_size=None):
     """The PyTorch model of ``family`` for ``cfg`` (a config built, and so validated, once),
-    with the ``pretrained_cfg`` of the registered name ``spec``."""
-    model = family.torch_class()(cfg)
+    with the ``pretrained_cfg`` of the registered name ``spec``; its parameters created on
+    ``device`` (the ``meta`` device allocates nothing) in ``dtype``, with the
+    :data:`MODEL_OPTIONS` ``global_pool`` and ``dynamic_img_size``."""
+    if device is not None:
+        import torch
+
+        place = torch.device(device)
+    else:
+        place = contextlib.nullcontext()
+    with place:
+        model = family.torch_class()(cfg)
+    if dtype is not None:
+        model = model.to(dtype=dtype)
     model.pretrained_cfg = spec.pretrained_cfg_for(cfg)
+    if global_pool is not None:
+        model.global_pool = model.check_global_pool(global_pool)
+    if dynamic_img_size is not None:
+        model.set_dynamic_img_size(dynamic_img_size)
     return model
+
+
+def feature_model(model, features_only: bool = False, out_indices=None, feature_cls=None):
+    """``model``, or with ``features_only`` the backbone that returns its feature maps
+    (``vit_scratch.torch_nn.features.FeatureGetter``: ``out_indices`` None takes the family's
+    default maps; the layers after the last one are pruned)."""
+    if not features_only:
+        return model
+    return torch_nn().features.FeatureGetter(model, out_indices=out_indices)
 
 
 def create_numpy_model(name: str, params: dict, **kwargs):

@@ -87,7 +87,7 @@ def _max_abs(state_dict: dict) -> dict[str, float]:
 
 
 def load_checkpoint(model: nn.Module, path, strict: bool = True,
-                    pos_embed_grid=None) -> nn.Module:
+                    pos_embed_grid=None, adapt_in_chans: bool = False) -> nn.Module:
     """Load the checkpoint at ``path`` into ``model`` and return the model.
 
     With ``strict=False`` the keys that fit are loaded and the rest is reported in a warning
@@ -96,7 +96,9 @@ def load_checkpoint(model: nn.Module, path, strict: bool = True,
     trained on, needed only for a non-square grid from a file that does not record it (files
     written by ``save_checkpoint`` do, and a grid given that contradicts the record is refused:
     (14, 10) and (10, 14) hold the same number of positions, so only the record tells them
-    apart).  A ``torch.compile``d or DDP-wrapped model loads too.
+    apart).  A ``torch.compile``d or DDP-wrapped model loads too.  ``adapt_in_chans=True``
+    adapts a first convolution trained on other input channels (RGB weights for a grey model)
+    to the model's ``in_chans``, as timm does (``torch_nn.patch_embed.adapt_input_conv``).
 
     Refused with a ``CheckpointError`` that names the keys: another family's checkpoint ("holds
     a Cait ..., but the model is a CoaT"), missing, unexpected, mis-shaped or mis-typed keys,
@@ -137,6 +139,8 @@ def load_checkpoint(model: nn.Module, path, strict: bool = True,
                     f"not fit its own pos_embed: damaged metadata? Pass pos_embed_grid=(rows, "
                     f"cols) to say the grid it was trained on ({error})") from None
             raise
+    if validation.check_bool(adapt_in_chans, "adapt_in_chans"):
+        state_dict = _adapt_first_conv(target, state_dict)
     for group in shared_keys(target):  # the aliases must agree; a file may leave them out
         present = [k for k in group if k in state_dict]
         for k in present[1:]:
@@ -163,10 +167,28 @@ def load_checkpoint(model: nn.Module, path, strict: bool = True,
     return model
 
 
+def _adapt_first_conv(model: nn.Module, state_dict: dict) -> dict:
+    """``state_dict`` with the weight of the model's first convolution (its
+    ``pretrained_cfg["first_conv"]``) adapted to the model's ``in_chans`` when the file's was
+    trained on another number of input channels."""
+    from .torch_nn.patch_embed import adapt_input_conv
+
+    first_conv = (getattr(model, "pretrained_cfg", None) or {}).get("first_conv")
+    key = f"{first_conv}.weight"
+    own = model.state_dict().get(key)
+    weight = state_dict.get(key)
+    if own is None or weight is None or weight.ndim != 4 or weight.shape[1] == own.shape[1] \
+            or weight.shape[0] != own.shape[0] or weight.shape[2:] != own.shape[2:]:
+        return state_dict  # nothing to adapt (a mismatch is reported with the rest)
+    return {**state_dict, key: adapt_input_conv(weight, own.shape[1])}
+
+
 def load_pretrained(model: nn.Module, path) -> nn.Module:
     """Load ``path`` into ``model`` to start from it (fine-tuning): strictly, except a
     classifier head for another number of classes than the model's, which is left freshly
-    initialised (a warning says so).  Everything else must fit as for ``load_checkpoint``.
+    initialised (a warning says so), and a first convolution trained on other input channels
+    (RGB weights for ``in_chans=1``), adapted as timm does.  Everything else must fit as for
+    ``load_checkpoint``.
 
     What ``create_model(name, pretrained=True)``, ``create_model(name, checkpoint_path=...)``
     and the trainer's ``--pretrained`` and ``--init`` do."""
@@ -178,10 +200,10 @@ def load_pretrained(model: nn.Module, path) -> nn.Module:
     n_file = state[key].shape[0] if prefix and key in state and state[key].ndim == 2 else None
     wanted = getattr(target, "num_classes", None)
     if n_file is None or n_file == wanted:
-        return load_checkpoint(model, path)
+        return load_checkpoint(model, path, adapt_in_chans=True)
     target.reset_classifier(n_file)
     try:
-        load_checkpoint(model, path)
+        load_checkpoint(model, path, adapt_in_chans=True)
     finally:
         target.reset_classifier(wanted)  # a fresh head, whether the rest loaded or not
     new_head = (f"a new, randomly initialised head of {wanted} classes" if wanted

@@ -49,6 +49,11 @@ LAYER_NORM_EPS = 1e-6
 DIGITS_CFG = dict(input_size=(1, 8, 8), mean=(0.0,), std=(1.0,), crop_pct=1.0,
                   interpolation="bilinear")
 
+#: The licence of the weights timm publishes for our shared names (timm's ``pretrained_cfg``
+#: says ``apache-2.0`` for each), and of the weights this project trains (its own licence).
+PUBLISHED_WEIGHTS_LICENSE = "apache-2.0"
+OWN_WEIGHTS_LICENSE = "mit"
+
 
 class ConfigMixin:
     """Validation and ``replace(**changes)`` for a frozen config dataclass.
@@ -93,6 +98,10 @@ class PatchGridMixin:
     """Checks and derived sizes of a single-scale, patch-based config (ViT, CaiT): it needs the
     fields ``img_size``, ``patch_size``, ``depth``, ``embed_dim``, ``num_heads`` and
     ``mlp_ratio``.  Mixed in before :class:`ConfigMixin`."""
+
+    #: A position embedding of one patch grid: the model takes ``img_size`` only (unless it is
+    #: built with ``dynamic_img_size``).  timm's ``pretrained_cfg["fixed_input_size"]``.
+    fixed_input_size = True
 
     def validate(self) -> None:
         """The image tiles into patches, the heads split the channels, the MLP has a hidden
@@ -149,11 +158,32 @@ class ModelSpec:
     default_config: Callable  # () -> config
     pretrained_cfg: dict
     doc: str = ""
+    param_shapes: Callable | None = None  # the family's cfg -> {state_dict key: shape} table
 
     @functools.cached_property
     def default(self):
         """The name's default config, built once."""
         return self.default_config()
+
+    @property
+    def tag(self) -> str:
+        """The tag of the name's published weights, timm's ``name.tag`` (``"fb_in1k"`` for
+        ``timm/deit_tiny_patch16_224.fb_in1k``); "" for a name without published weights."""
+        hub_id = self.pretrained_cfg.get("hf_hub_id") or ""
+        return hub_id.split("/")[-1].partition(".")[2]
+
+    @functools.cached_property
+    def layer_names(self) -> dict:
+        """timm's ``first_conv`` (the module of the first convolution's weight, the one that
+        sees the image channels) and ``classifier`` (the head's modules), read from the
+        family's {key: shape} table of the default config."""
+        shapes = self.param_shapes(self.default) if self.param_shapes else {}
+        module = lambda key: key.rsplit(".", 1)[0]  # noqa: E731
+        convs = [module(k) for k, v in shapes.items() if k.endswith(".weight") and len(v) == 4]
+        heads = tuple(module(k) for k, v in shapes.items()
+                      if k.startswith("head") and k.endswith(".weight") and len(v) == 2)
+        return dict(first_conv=convs[0] if convs else None,
+                    classifier=heads[0] if len(heads) == 1 else (heads or "head"))
 
     def config(self, **kwargs):
         """The default config with ``kwargs`` overriding its fields (unknown ones: ``TypeError``):
@@ -162,9 +192,15 @@ class ModelSpec:
 
     def pretrained_cfg_for(self, cfg) -> dict:
         """The name's pretrained_cfg, with ``input_size`` and ``num_classes`` those of ``cfg``
-        (a fixed-size model accepts exactly that input)."""
+        (a fixed-size model accepts exactly that input), and the rest of timm's keys:
+        ``fixed_input_size`` (the family's), ``first_conv``, ``classifier``, ``pool_size``
+        (None: the features are tokens, not a map), ``crop_mode``, ``tag`` and ``license``."""
         h, w = cfg.img_size if isinstance(cfg.img_size, tuple) else (cfg.img_size,) * 2
-        return {**self.pretrained_cfg, "architecture": self.name,
+        published = bool(self.pretrained_cfg.get("hf_hub_id"))
+        return {"fixed_input_size": getattr(cfg, "fixed_input_size", True), **self.layer_names,
+                "pool_size": None, "crop_mode": "center", "tag": self.tag,
+                "license": PUBLISHED_WEIGHTS_LICENSE if published else OWN_WEIGHTS_LICENSE,
+                **self.pretrained_cfg, "architecture": self.name,
                 "input_size": (cfg.in_chans, h, w), "num_classes": cfg.num_classes}
 
 
@@ -198,7 +234,7 @@ class ModelTable(dict):
                 raise ValueError(f"model name {fn.__name__!r} is registered twice")
             self[fn.__name__] = ModelSpec(fn.__name__, fn,
                                           {**self.pretrained_cfg, **(pretrained_cfg or {})},
-                                          (fn.__doc__ or "").strip())
+                                          (fn.__doc__ or "").strip(), self.param_shapes)
             return fn
 
         return decorate if fn is None else decorate(fn)

@@ -60,6 +60,8 @@ class CoaTConfig(ConfigMixin):
     the total stride at call time, since CoaT has no absolute position embedding.
     """
 
+    fixed_input_size = False  # timm's pretrained_cfg key: any multiple of the total stride runs
+
     img_size: int | tuple[int, int] = 224
     in_chans: int = 3
     num_classes: int = 1000  # 0 -> no head: forward returns the pooled features

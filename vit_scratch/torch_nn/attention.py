@@ -7,9 +7,13 @@ path stays the default, so asking costs nothing when you don't.
 
 The functions check their arguments and call their unchecked cores (``_attention_weights``,
 ``_scaled_dot_product_attention``), which the modules call; a module built by hand checks its
-arguments and inputs (``layers.check_inputs_by_hand``), a model's does not.
+arguments and inputs (``layers.check_inputs_by_hand``), a model's does not.  Compiled by
+TorchScript (``torch.jit.script``), the modules take their fused path only: returning or
+recording the weights is for eager PyTorch.
 """
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -63,13 +67,20 @@ def _scaled_dot_product_attention(q, k, v, mask=None, scale=None, dropout_p: flo
                                   return_attention: bool = False):
     """:func:`scaled_dot_product_attention` without the checks."""
     if not return_attention:
-        if mask is not None and mask.ndim < 2:  # (N_k,) broadcasts; the fused kernel wants 2 dims
-            mask = mask.reshape((1,) * (2 - mask.ndim) + tuple(mask.shape))
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
-                                              scale=scale)
+        return _fused_attention(q, k, v, mask, dropout_p, scale)
     attn = _attention_weights(q, k, mask, scale)
     out = F.dropout(attn, dropout_p) @ v if dropout_p else attn @ v
     return out, attn
+
+
+def _fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     mask: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                     scale: Optional[float] = None) -> torch.Tensor:
+    """softmax(q kᵀ · scale + mask) v in one fused kernel (``F.scaled_dot_product_attention``)."""
+    if mask is not None and mask.ndim < 2:  # (N_k,) broadcasts; the fused kernel wants 2 dims
+        mask = mask.reshape([1] * (2 - mask.ndim) + list(mask.shape))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                          scale=scale)
 
 
 class RecordsAttention:
@@ -77,8 +88,10 @@ class RecordsAttention:
     forward pass by a model's ``get_attention_maps``), ``forward`` computes the weights
     explicitly and keeps the last ones in ``recorded``."""
 
-    record_attention: bool = False
-    recorded: torch.Tensor | None = None
+    def __init__(self):
+        super().__init__()
+        self.record_attention = False
+        self.recorded = None
 
     def keep(self, weights: torch.Tensor) -> None:
         if self.record_attention:
@@ -110,20 +123,25 @@ class Attention(RecordsAttention, nn.Module):
             validation.check_mask_dtype(mask.dtype)
             validation.check_mask(mask.shape, (x.shape[0], self.num_heads, x.shape[1], x.shape[1]))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None,
                 return_attention: bool = False):
         B, N, C = x.shape
         # (B, N, 3C) -> 3 × (B, h, N, d); rows of qkv are [q; k; v], each head-major
-        q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
         dropout_p = self.attn_drop.p if self.training else 0.0
-        explicit = return_attention or self.record_attention
-        out = _scaled_dot_product_attention(q, k, v, mask, None, dropout_p, explicit)
-        if explicit:
-            out, attn = out
-            self.keep(attn)
-        out = out.transpose(1, 2).reshape(B, N, C)  # merge heads: (B, h, N, d) -> (B, N, C)
-        out = self.proj_drop(self.proj(out))
-        return (out, attn) if return_attention else out
+        if not torch.jit.is_scripting():
+            if return_attention or self.record_attention:  # the weights, computed explicitly
+                out, attn = _scaled_dot_product_attention(q, k, v, mask, None, dropout_p, True)
+                self.keep(attn)
+                out = self.project(out)
+                return (out, attn) if return_attention else out
+        return self.project(_fused_attention(q, k, v, mask, dropout_p))
+
+    def project(self, out: torch.Tensor) -> torch.Tensor:
+        """Merge the heads, (B, h, N, d) -> (B, N, C), then the output projection."""
+        B, h, N, d = out.shape
+        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(B, N, h * d)))
 
 
 # --- talking-heads attention (CaiT's self-attention) ------------------------------------------
@@ -180,12 +198,14 @@ class TalkingHeadAttention(RecordsAttention, nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, N, C = x.shape
         # (B, N, 3C) -> 3 × (B, h, N, d); rows of qkv are [q; k; v], each head-major
-        q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
         scores = (q * self.scale) @ k.transpose(-2, -1)  # (B, h, N, N)
         # mix_heads' faster twin (torch_nn/_fast.py, tested equal): talk before softmax, and after
         scores = _fast.mix_heads(scores, self.proj_l.weight, self.proj_l.bias)
         attn = _fast.mix_heads(scores.softmax(dim=-1), self.proj_w.weight, self.proj_w.bias)
-        self.keep(attn)
+        if not torch.jit.is_scripting():
+            self.keep(attn)
         out = self.attn_drop(attn) @ v  # (B, h, N, d)
         out = out.transpose(1, 2).reshape(B, N, C)  # merge heads
         return self.proj_drop(self.proj(out))

@@ -35,7 +35,7 @@ class Cait(ModelBase):
     get_attention_grids -> per class-attention block, (B, heads, gh, gw)
     forward_intermediates -> the self-attention blocks' outputs: patch tokens only (timm's
         semantics: the class token does not exist yet there)
-    The rest of the interface: ``vit_scratch.interface``.
+    The rest of the interface: ``torch_nn.base``, ``vit_scratch.interface``.
     """
 
     num_prefix_tokens = 1  # the class token, in front of the patches in forward_features
@@ -80,8 +80,8 @@ class Cait(ModelBase):
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> patch tokens with their positions (B, N, C)."""
-        x = self.patch_embed.embed(self.prepare_images(images))  # (B, N, C), checked once
-        return self.pos_drop(x + self.pos_embed)
+        images = self.prepare_images(images)  # checked once
+        return self.pos_drop(self.patch_embed.embed(images) + self.position_embedding(images))
 
     def forward_class_attention(self, x: torch.Tensor) -> torch.Tensor:
         """The class-attention stage: patch tokens (B, N, C) -> [cls; x] (B, 1 + N, C).
@@ -92,27 +92,45 @@ class Cait(ModelBase):
         return torch.cat([cls, x], dim=1)
 
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
-        x = self.blocks(self.embed(images))  # (B, N, C)
-        return self.norm(self.forward_class_attention(x))  # (B, 1 + N, C)
+        x = self.run_blocks(self.embed(images))  # (B, N, C)
+        return self.after_blocks(x)  # (B, 1 + N, C)
 
-    def forward_intermediates(self, images: torch.Tensor, indices=None, norm: bool = False,
-                              output_fmt: str = "NCHW", intermediates_only: bool = False):
-        """The outputs of the self-attention blocks in ``indices`` (None: all; n: the last n;
-        a list) -- patch tokens, since the class token joins later -- as (B, C, gh, gw) maps
-        (``output_fmt="NLC"``: (B, N, C) tokens), each through the final norm if ``norm``.
-        Returns ``(final features (B, 1 + N, C), maps)``, or only the maps with
-        ``intermediates_only`` (then the blocks after the last index and the class-attention
-        stage are skipped).  The same values as timm's ``Cait.forward_intermediates``.
-        """
-        x, maps = self.block_maps(images, indices, norm, output_fmt, intermediates_only, 0)
-        if intermediates_only:
-            return maps
-        return self.norm(self.forward_class_attention(x)), maps
+    def after_blocks(self, x: torch.Tensor) -> torch.Tensor:
+        """The class-attention stage, then the final norm: (B, N, C) -> (B, 1 + N, C).  (A
+        model pruned by ``prune_intermediate_layers`` has no class-attention stage left: the
+        norm alone.)"""
+        if self.blocks_token_only is not None:
+            x = self.forward_class_attention(x)
+        return self.norm(x)
+
+    # forward_intermediates (``torch_nn.base``): the self-attention blocks' outputs, patch tokens
+    # only (timm's semantics: the class token does not exist yet there)
+    @property
+    def block_prefix_tokens(self) -> int:
+        return 0
+
+    def prune_head(self) -> None:
+        """No class token, no class-attention stage, no pooling, no classifier: the model ends
+        at the self-attention blocks (``prune_intermediate_layers``)."""
+        self.blocks_token_only = None
+        self.cls_token = None
+        self.num_prefix_tokens = 0
+        self.reset_classifier(0, "")
+
+    def group_matcher(self, coarse: bool = False) -> dict:
+        """timm's format: the embedding, the self-attention blocks, the class-attention blocks,
+        the final norm; the head last (``torch_nn.base``)."""
+        groups = super().group_matcher(coarse)
+        norm = groups["blocks"].pop()  # the final norm joins the last class-attention block
+        token_only = r"^blocks_token_only" if coarse else r"^blocks_token_only\.(\d+)"
+        return dict(groups, blocks_token_only=[(token_only, None), norm])
 
     def attention_modules(self) -> list[nn.Module]:
         """The class-attention layers, in order: what ``get_attention_maps`` returns.  (The
         talking-heads layers record too, when asked directly; their weights are not a
         distribution over the image.)"""
+        if self.blocks_token_only is None:
+            return []
         return [m for m in self.blocks_token_only.modules() if isinstance(m, ClassAttention)]
 
     def attention_grid(self, weights: torch.Tensor) -> torch.Tensor:

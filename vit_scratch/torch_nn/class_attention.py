@@ -57,7 +57,7 @@ class ClassAttention(RecordsAttention, nn.Module):
         k = self.k(z).view(B, M, h, d).transpose(1, 2)  # (B, h, M, d)
         v = self.v(z).view(B, M, h, d).transpose(1, 2)  # (B, h, M, d)
         dropout_p = self.attn_drop.p if self.training else 0.0
-        if self.record_attention:
+        if not torch.jit.is_scripting() and self.record_attention:
             attn = _attention_weights(q, k)  # (B, h, 1, M)
             self.keep(attn)
             out = self.attn_drop(attn) @ v

@@ -20,7 +20,7 @@ ImageNet models) runs without rebuilding the model (there is no absolute positio
 ``get_attention_maps``/``get_attention_grids`` draw factorized attention, which never forms an
 N×N matrix (``vit_scratch.interface.factorized_attention_map``).
 """
-from __future__ import annotations
+from typing import List, Tuple
 
 import torch
 from torch import nn
@@ -28,12 +28,12 @@ from torch import nn
 from .. import interface
 from ..specs.coat import CPE_WINDOW, NUM_SCALES, PATCH_NORM_EPS, CoaTConfig, CoaTImageSizeMixin
 from .attention import RecordsAttention
-from .base import ModelBase
+from .base import MATCH_PREVIOUS, ModelBase
 from .conv_position_encoding import ConvPosEnc, ConvRelPosEnc, _tokens_to_image
 from .coscale import ParallelBlock
 from .factorized_attention import FactorAttnConvRelPosEnc
 from .layers import (LAYER_NORM_EPS, DropPath, Mlp, init_weights_, layers_from_config, mlp_hidden,
-                     trunc_normal_)
+                     recompute_in_backward, trunc_normal_)
 
 
 class ScalePatchEmbed(nn.Module):
@@ -68,8 +68,15 @@ class SerialBlock(nn.Module):
         self.drop_path = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
         self.mlp = Mlp(dim, mlp_hidden(dim, mlp_ratio), drop=proj_drop)
+        self.grad_checkpointing = False  # the model's set_grad_checkpointing switches it
 
-    def forward(self, x: torch.Tensor, size) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
+        if not torch.jit.is_scripting() and self.grad_checkpointing:
+            return recompute_in_backward(self.residuals, x, size)  # recomputed in the backward pass
+        return self.residuals(x, size)
+
+    def residuals(self, x: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
+        """CPE, then x + conv_att(norm1(x)), then x + mlp(norm2(x))."""
         x = self.cpe(x, size)
         x = x + self.drop_path(self.factoratt_crpe(self.norm1(x), size))
         return x + self.drop_path(self.mlp(self.norm2(x)))
@@ -88,10 +95,14 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
     """
 
     num_prefix_tokens = 1  # each scale's class token
+    global_pools = ("token", "avg")  # a class token per scale, or each scale's mean; then mixed
+    default_out_indices = 4  # features_only: the four scales
 
     def __init__(self, cfg: CoaTConfig | None = None, **kwargs):
         cfg = CoaTConfig.build(cfg, **kwargs)
         super().__init__(cfg)
+        self.dynamic_img_size = True  # no position embedding: any multiple of the total stride
+        self.strides = cfg.strides
         with layers_from_config():  # validated: the layers skip a hand-built layer's checks
             dims, heads = cfg.embed_dims, cfg.num_heads
             self.num_features = self.embed_dim = dims[-1]
@@ -114,6 +125,8 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
                     SerialBlock(dims[s - 1], mlp_ratio=cfg.mlp_ratios[s - 1], **common,
                                 shared_cpe=getattr(self, f"cpe{s}"), shared_crpe=getattr(self, f"crpe{s}"))
                     for _ in range(cfg.serial_depths[s - 1])))
+            # CoaT-Lite has no parallel blocks, no norm2/norm3 and no aggregate (None)
+            self.parallel_blocks = self.norm2 = self.norm3 = self.aggregate = None
             if not cfg.is_lite:
                 crpes = [getattr(self, f"crpe{s}") for s in scales]
                 self.parallel_blocks = nn.ModuleList(
@@ -139,85 +152,170 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
         init_weights_(self)
 
     # --- the forward pass ---------------------------------------------------------------------
-    def scale_modules(self, s: int):
-        """(cls_token, patch_embed, serial_blocks) of scale s (1-4)."""
-        return tuple(getattr(self, f"{name}{s}") for name in ("cls_token", "patch_embed", "serial_blocks"))
+    # Written out scale by scale (the modules' names are timm's, one per scale), so that
+    # TorchScript compiles it; a scale's modules are None once prune_intermediate_layers has
+    # removed it.
+    def token_grids(self, images: torch.Tensor) -> List[Tuple[int, int]]:
+        """The four token grids (rows, cols) of a batch of images (checked by prepare_images)."""
+        H, W = images.shape[-2], images.shape[-1]
+        return [(H // s, W // s) for s in self.strides]
 
-    def _scales(self, images: torch.Tensor, last: int = 3):
-        """Scales 1..last+1 through their serial blocks (then the parallel blocks, when all four
-        ran): -> ([x1, x2, x3, x4] tokens before the final norms, their grid sizes)."""
+    def _scales(self, images: torch.Tensor, last: int = 3) -> List[torch.Tensor]:
+        """Scales 1..last+1 (those the model has) through their serial blocks, then -- when all
+        four ran -- the parallel blocks: the tokens [x1, x2, ...] before the final norms."""
         images = self.prepare_images(images)  # the checks and dtype policy of vit_scratch.validation
-        sizes = self.grid_sizes(images)
-        B, x, xs = images.shape[0], images, []
-        for s in range(last + 1):
-            cls, patch_embed, blocks = self.scale_modules(s + 1)
-            if s > 0:
-                x = _tokens_to_image(xs[-1], sizes[s - 1])  # (B, C, H, W), class token dropped
-            tokens = torch.cat([cls.expand(B, -1, -1), patch_embed(x)], dim=1)
-            for blk in blocks:
-                tokens = blk(tokens, sizes[s])
-            xs.append(tokens)
-        if not self.cfg.is_lite and last == 3:
-            rest = xs[1:]
-            for blk in self.parallel_blocks:
-                rest = [getattr(self, f"cpe{s}")(x, size) for x, s, size in zip(rest, (2, 3, 4), sizes[1:])]
+        sizes = self.token_grids(images)
+        x = _with_class_token(self.patch_embed1(images), self.cls_token1)
+        for blk1 in self.serial_blocks1:
+            x = blk1(x, sizes[0])
+        xs = [x]
+        if self.patch_embed2 is not None and last >= 1:
+            x = _with_class_token(self.patch_embed2(_tokens_to_image(x, sizes[0])), self.cls_token2)
+            for blk2 in self.serial_blocks2:
+                x = blk2(x, sizes[1])
+            xs.append(x)
+        if self.patch_embed3 is not None and last >= 2 and len(xs) == 2:
+            x = _with_class_token(self.patch_embed3(_tokens_to_image(x, sizes[1])), self.cls_token3)
+            for blk3 in self.serial_blocks3:
+                x = blk3(x, sizes[2])
+            xs.append(x)
+        if self.patch_embed4 is not None and last >= 3 and len(xs) == 3:
+            x = _with_class_token(self.patch_embed4(_tokens_to_image(x, sizes[2])), self.cls_token4)
+            for blk4 in self.serial_blocks4:
+                x = blk4(x, sizes[3])
+            xs.append(x)
+        if self.parallel_blocks is not None and len(xs) == 4:
+            rest = [xs[1], xs[2], xs[3]]
+            for blk in self.parallel_blocks:  # each scale's CPE, then the parallel block
+                rest = [self.cpe2(rest[0], sizes[1]), self.cpe3(rest[1], sizes[2]),
+                        self.cpe4(rest[2], sizes[3])]
                 rest = blk(rest, sizes[1:])
-            xs[1:] = rest
-        return xs, sizes
+            xs = [xs[0]] + rest
+        return xs
 
-    def _final_norm(self, s: int):
-        """Scale s's final norm (0-based), or None (scale 1 never has one; CoaT-Lite only norm4)."""
-        if s == 3 or (s > 0 and not self.cfg.is_lite):
-            return getattr(self, f"norm{s + 1}")
-        return None
+    def _final_features(self, xs: List[torch.Tensor]) -> List[torch.Tensor]:
+        """[x1, ...] -> what the head reads, as a list: [norm4(x4)] (CoaT-Lite),
+        [norm2(x2), norm3(x3), norm4(x4)] (CoaT), or the last scale's tokens as they are when
+        scales are missing (stopped early, or pruned)."""
+        if len(xs) < 4:
+            return [xs[-1]]
+        if self.norm2 is None or self.norm3 is None:
+            return [self.norm4(xs[3])]
+        return [self.norm2(xs[1]), self.norm3(xs[2]), self.norm4(xs[3])]
 
-    def _features(self, xs):
-        if self.cfg.is_lite:
-            return self.norm4(xs[3])
-        return [self._final_norm(s)(xs[s]) for s in (1, 2, 3)]
+    def _features(self, xs: List[torch.Tensor]):
+        feats = self._final_features(xs)
+        return feats if self.parallel_blocks is not None and len(xs) == 4 else feats[0]
 
     def forward_features(self, images: torch.Tensor):
         """CoaT-Lite: norm4(x4), (B, 1 + H4·W4, C4).  CoaT: [norm2(x2), norm3(x3), norm4(x4)]."""
-        return self._features(self._scales(images)[0])
+        return self._features(self._scales(images))
+
+    def _pooled(self, feats: List[torch.Tensor]) -> torch.Tensor:
+        """``_final_features`` -> (B, num_features): scale 4's class token (CoaT-Lite), or
+        ``aggregate``'s learned mix of the class tokens of scales 2-4 (CoaT); with
+        ``global_pool="avg"`` the means of the image tokens instead of the class tokens."""
+        if self.aggregate is not None and len(feats) == 3:
+            if self.global_pool == "avg":
+                tokens = [f[:, 1:].mean(dim=1) for f in feats]
+            else:
+                tokens = [f[:, 0] for f in feats]
+            return self.aggregate(torch.stack(tokens, dim=1)).squeeze(1)  # (B, 3, C) -> (B, C)
+        x = feats[-1]
+        return x[:, 1:].mean(dim=1) if self.global_pool == "avg" else x[:, 0]
 
     def pool(self, features) -> torch.Tensor:
-        """-> (B, num_features): scale 4's class token (CoaT-Lite), or ``aggregate``'s learned mix
-        of the class tokens of scales 2-4 (CoaT)."""
-        if self.cfg.is_lite:
-            return features[:, 0]
-        return self.aggregate(torch.stack([f[:, 0] for f in features], dim=1)).squeeze(1)
+        """forward_features' output -> (B, num_features) (see ``_pooled``)."""
+        return self._pooled(features if isinstance(features, (list, tuple)) else [features])
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.classify(self._pooled(self._final_features(self._scales(images))))
 
     def classify(self, pooled: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """Dropout on the pooled features (``drop_rate``), then the head."""
         x = self.head_drop(pooled)
         return x if pre_logits else self.head(x)
 
-    def forward_intermediates(self, images: torch.Tensor, indices=None, norm: bool = False,
-                              output_fmt: str = "NCHW", intermediates_only: bool = False):
+    def _final_norms(self) -> list:
+        """Each scale's final norm, or None (scale 1 never has one; CoaT-Lite only norm4)."""
+        return [None, self.norm2, self.norm3, self.norm4]
+
+    def forward_intermediates(self, images: torch.Tensor, indices=None,
+                              return_prefix_tokens: bool = False, norm: bool = False,
+                              stop_early: bool = False, output_fmt: str = "NCHW",
+                              intermediates_only: bool = False, output_dict: bool = False):
         """Per-scale feature maps for dense tasks: for the scales in ``indices`` (0-3; None: all
         four; n: the last n), the tokens without the class token as (B, C_s, H_s, W_s) maps
         (``output_fmt="NLC"``: (B, H_s·W_s, C_s)).  Scales 2-4 of CoaT are taken after the
         parallel blocks.  ``norm`` applies the scale's final norm where it has one (timm's rule:
         norm4 for CoaT-Lite's scale 4; norm2-4 for CoaT's scales 2-4; scale 1 never).
-        Returns ``(forward_features output, maps)``, or the maps alone with
-        ``intermediates_only`` (then scales after the last index are skipped when no parallel
-        block needs them).
+        Returns ``(forward_features output, maps)``, the maps alone with
+        ``intermediates_only``, or a dict with ``output_dict``; ``return_prefix_tokens`` pairs
+        each map with its scale's class token (see ``torch_nn.base``).  ``stop_early``
+        (implied by ``intermediates_only``) skips the scales after the last index when no
+        parallel block needs them; the final features are then the last scale's tokens.
 
         Compared with timm's ``CoaT.forward_intermediates`` (same maps, same ``norm`` rule, same
-        final features -- the tests check it): timm offers only NCHW, takes a ``stop_early`` flag
-        (here implied by ``intermediates_only``), returns contiguous copies (here: views of the
-        tokens), and runs only at the size it was built for, where this model takes any multiple
-        of the total stride."""
-        take = interface.resolve_indices(indices, NUM_SCALES, what="scales")
+        final features -- the tests check it): timm offers only NCHW, returns contiguous copies
+        (here: views of the tokens), and runs only at the size it was built for, where this
+        model takes any multiple of the total stride."""
+        take = interface.resolve_indices(indices, len(self.feature_info), what="scales")
         interface.check_output_fmt(output_fmt)
-        early = intermediates_only and (self.cfg.is_lite or take[-1] == 0)
-        xs, sizes = self._scales(images, last=take[-1] if early else 3)
-        maps = []
+        early = (stop_early or intermediates_only) and (self.parallel_blocks is None
+                                                        or take[-1] == 0)
+        xs = self._scales(images, last=take[-1] if early else 3)
+        sizes = self.token_grids(images)
+        maps, prefixes = [], []
         for s in take:
-            f = self._final_norm(s)
+            f = self._final_norms()[s]
             y = f(xs[s]) if norm and f is not None else xs[s]
             maps.append(interface.tokens_to_grid(y, sizes[s], self.num_prefix_tokens, output_fmt))
-        return maps if intermediates_only else (self._features(xs), maps)
+            prefixes.append(y[:, :self.num_prefix_tokens])
+        final = None if intermediates_only else self._features(xs)
+        return interface.intermediates_result(
+            final, maps, prefixes if return_prefix_tokens else None, output_dict)
+
+    def prune_intermediate_layers(self, indices=1, prune_norm: bool = False,
+                                  prune_head: bool = True) -> list[int]:
+        """Drop what ``forward_intermediates(indices=...)`` does not need (timm's rule): the
+        scales after the last index -- unless parallel blocks, which need all four, are kept
+        for a later index --, the final norms with ``prune_norm`` (and always when the output
+        ends before scale 4), the head and ``aggregate`` with ``prune_head`` or when the output
+        no longer ends at scale 4 (``num_features`` is then the last kept scale's width).
+        Returns the indices, counted from scale 1."""
+        take = interface.resolve_indices(indices, len(self.feature_info), what="scales")
+        last = take[-1]
+        if self.parallel_blocks is None or last == 0:
+            for s in range(last + 2, NUM_SCALES + 1):
+                for name in ("cls_token", "patch_embed", "cpe", "crpe", "serial_blocks"):
+                    setattr(self, f"{name}{s}", None)
+            self.parallel_blocks = None
+            self.feature_info = self.feature_info[:last + 1]
+            prune_norm = prune_norm or last < NUM_SCALES - 1
+        ends_early = self.parallel_blocks is None and last < NUM_SCALES - 1
+        if prune_norm:
+            for name in ("norm2", "norm3", "norm4"):
+                if getattr(self, name) is not None:
+                    setattr(self, name, nn.Identity())
+        if ends_early:
+            self.num_features = self.feature_info[last]["num_chs"]
+        if prune_head or ends_early:
+            self.aggregate = None  # part of the head: mixes the class tokens of scales 2-4
+            self.reset_classifier(0)
+        return take
+
+    def group_matcher(self, coarse: bool = False) -> dict:
+        """timm's format (see ``torch_nn.base``): per scale its embedding (class token, patch
+        embedding, CPE, CRPE) then its serial blocks; the parallel blocks, with the final norms
+        and ``aggregate`` in the last block's group; the head last.  timm's groups."""
+        each = "" if coarse else r"\.(\d+)"
+        groups = {}
+        for s in range(1, NUM_SCALES + 1):
+            groups[f"stem{s}"] = rf"^(?:cls_token{s}|patch_embed{s}|cpe{s}|crpe{s})\b"
+            groups[f"serial_blocks{s}"] = rf"^serial_blocks{s}" + each
+        groups["parallel_blocks"] = [(r"^parallel_blocks" + each, None),
+                                     (r"^(?:norm\d|aggregate)", (MATCH_PREVIOUS,))]
+        return groups
 
     # --- attention maps -----------------------------------------------------------------------
     def attention_modules(self) -> list[RecordsAttention]:
@@ -252,3 +350,8 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
         embedding to resize."""
         unused = ("norm1.",) + (("norm2.", "norm3.", "aggregate.") if self.cfg.is_lite else ())
         return {k: v for k, v in state_dict.items() if not k.startswith(unused)}
+
+
+def _with_class_token(tokens: torch.Tensor, cls_token: torch.Tensor) -> torch.Tensor:
+    """(B, N, C) tokens -> (B, 1 + N, C) with the class token in front."""
+    return torch.cat([cls_token.expand(tokens.shape[0], -1, -1), tokens], dim=1)

@@ -7,12 +7,14 @@ https://arxiv.org/abs/2104.06399.  The NumPy twins, with the derivation, are in
 """
 from __future__ import annotations
 
+from typing import Tuple
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .. import validation
-from .layers import built_by_hand, check_args_by_hand, check_inputs_by_hand
+from .layers import built_by_hand, check_args_by_hand, check_inputs_by_hand, fx_tracing
 
 
 def depthwise_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
@@ -31,7 +33,7 @@ def tokens_to_image(x: torch.Tensor, size) -> torch.Tensor:
     return _tokens_to_image(x, (H, W))
 
 
-def _tokens_to_image(x: torch.Tensor, size) -> torch.Tensor:
+def _tokens_to_image(x: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
     """:func:`tokens_to_image`, unchecked (``size`` a pair)."""
     B, N, C = x.shape
     return x[:, 1:].reshape(B, size[0], size[1], C).permute(0, 3, 1, 2)
@@ -51,7 +53,7 @@ class ConvPosEnc(nn.Module):
         """Tokens (B, 1 + H·W, dim) on the grid ``size`` (a layer built by hand)."""
         validation.check_token_grid(x.shape, size, "x", self.proj.in_channels)
 
-    def forward(self, x: torch.Tensor, size) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
         feat = _tokens_to_image(x, size)  # (B, C, H, W)
         feat = self.proj(feat) + feat
         return torch.cat([x[:, :1], feat.flatten(2).transpose(1, 2)], dim=1)
@@ -81,27 +83,32 @@ class ConvRelPosEnc(nn.Module):
     def conv(self, v_img: torch.Tensor) -> torch.Tensor:
         """(B, h·d, H, W), channels head-major -> each head group through its own window."""
         parts = torch.split(v_img, self.channel_splits, dim=1)
-        return torch.cat([conv(part) for conv, part in zip(self.conv_list, parts)], dim=1)
+        return torch.cat([conv(parts[i]) for i, conv in enumerate(self.conv_list)], dim=1)
 
-    def forward(self, q: torch.Tensor, v: torch.Tensor, size) -> torch.Tensor:
-        self._check(q, v, size)
+    def forward(self, q: torch.Tensor, v: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
+        if not torch.jit.is_scripting():
+            self._check(q, v, size)
         B, h, N, d = q.shape
         H, W = size
         v_img = v[:, :, 1:].transpose(-1, -2).reshape(B, h * d, H, W)  # (B, h·d, H, W)
         conv_v = self.conv(v_img).reshape(B, h, d, H * W).transpose(-1, -2)  # (B, h, HW, d)
         return F.pad(q[:, :, 1:] * conv_v, (0, 0, 1, 0))  # zero row for the class token
 
-    def add_to(self, out: torch.Tensor, q: torch.Tensor, v: torch.Tensor, size) -> torch.Tensor:
+    def add_to(self, out: torch.Tensor, q: torch.Tensor, v: torch.Tensor,
+               size: Tuple[int, int]) -> torch.Tensor:
         """``out[:, 1:] += Q_img ⊙ conv(V_img)`` in token layout, in place: the same EV as
         ``forward`` without building the zero row or a head-layout copy (the attention's fast
         path; the attention's ``forward`` has checked the shapes).  out: (B, 1 + H·W, h·d) heads merged;
         q, v: (B, h, 1 + H·W, d)."""
         B, h, N, d = q.shape
         H, W = size
-        tokens = lambda t: t[:, :, 1:].transpose(1, 2).reshape(B, H * W, h * d)  # noqa: E731
-        v_img = tokens(v).reshape(B, H, W, h * d).permute(0, 3, 1, 2)  # channels-last view
+        v_img = _image_tokens(v).reshape(B, H, W, h * d).permute(0, 3, 1, 2)  # channels-last view
         conv_v = self.conv(v_img).permute(0, 2, 3, 1).reshape(B, H * W, h * d)
-        out[:, 1:].addcmul_(tokens(q), conv_v)
+        if not torch.jit.is_scripting():
+            if fx_tracing():  # a traced graph would drop the in-place update: a new tensor
+                img = torch.addcmul(out[:, 1:], _image_tokens(q), conv_v)
+                return torch.cat([out[:, :1], img], dim=1)
+        out[:, 1:].addcmul_(_image_tokens(q), conv_v)
         return out
 
     def _check(self, q, v, size):
@@ -109,3 +116,9 @@ class ConvRelPosEnc(nn.Module):
         if N != 1 + H * W or v.shape != q.shape:
             raise ValueError(f"q and v must have shape (B, h, 1 + H·W, d) = (B, h, {1 + H * W}, d) "
                              f"for size {(H, W)}, got {tuple(q.shape)} and {tuple(v.shape)}")
+
+
+def _image_tokens(t: torch.Tensor) -> torch.Tensor:
+    """(B, h, 1 + H·W, d) per-head tokens -> (B, H·W, h·d): the image tokens, heads merged."""
+    B, h, N, d = t.shape
+    return t[:, :, 1:].transpose(1, 2).reshape(B, N - 1, h * d)

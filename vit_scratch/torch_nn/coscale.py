@@ -15,6 +15,8 @@ Parameter names are timm's (``parallel_blocks.0.factoratt_crpe2.qkv.weight``, ``
 """
 from __future__ import annotations
 
+from typing import List, Optional, Tuple
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -22,7 +24,8 @@ from torch import nn
 from .. import validation
 from ..specs.coat import PARALLEL_MODES
 from .factorized_attention import FactorAttnConvRelPosEnc
-from .layers import LAYER_NORM_EPS, DropPath, Mlp, built_by_hand, mlp_hidden
+from .layers import (LAYER_NORM_EPS, DropPath, Mlp, built_by_hand, mlp_hidden,
+                     recompute_in_backward)
 
 
 def bilinear_resize(x: torch.Tensor, size=None, scale_factor=None) -> torch.Tensor:
@@ -34,10 +37,12 @@ def bilinear_resize(x: torch.Tensor, size=None, scale_factor=None) -> torch.Tens
     return _bilinear_resize(x, size, scale_factor)
 
 
-def _bilinear_resize(x: torch.Tensor, size=None, scale_factor=None) -> torch.Tensor:
-    return F.interpolate(x, size=size, scale_factor=scale_factor, mode="bilinear",
-                         align_corners=False,
-                         recompute_scale_factor=False if scale_factor is not None else None)
+def _bilinear_resize(x: torch.Tensor, size: Optional[List[int]] = None,
+                     scale_factor: Optional[float] = None) -> torch.Tensor:
+    if scale_factor is not None:
+        return F.interpolate(x, scale_factor=scale_factor, mode="bilinear", align_corners=False,
+                             recompute_scale_factor=False)
+    return F.interpolate(x, size=size, mode="bilinear", align_corners=False)
 
 
 def interpolate_tokens(x: torch.Tensor, size, scale_factor: float) -> torch.Tensor:
@@ -47,7 +52,8 @@ def interpolate_tokens(x: torch.Tensor, size, scale_factor: float) -> torch.Tens
     return _interpolate_tokens(x, (H, W), scale_factor)
 
 
-def _interpolate_tokens(x: torch.Tensor, size, scale_factor: float) -> torch.Tensor:
+def _interpolate_tokens(x: torch.Tensor, size: Tuple[int, int],
+                        scale_factor: float) -> torch.Tensor:
     """:func:`interpolate_tokens`, unchecked (``size`` a pair)."""
     B, N, C = x.shape
     img = x[:, 1:].transpose(1, 2).reshape(B, C, size[0], size[1])
@@ -55,7 +61,7 @@ def _interpolate_tokens(x: torch.Tensor, size, scale_factor: float) -> torch.Ten
     return torch.cat([x[:, :1], img.flatten(2).transpose(1, 2)], dim=1)
 
 
-def _interpolate_heads(x: torch.Tensor, size, scale_factor: float) -> torch.Tensor:
+def _interpolate_heads(x: torch.Tensor, size: Tuple[int, int], scale_factor: float) -> torch.Tensor:
     """interpolate_tokens for (B, h, N, d) per-head tensors (resized in token layout, returned
     as a head view of the result)."""
     B, h, N, d = x.shape
@@ -94,40 +100,56 @@ class ParallelBlock(nn.Module):
             setattr(self, f"norm2{s}", nn.LayerNorm(dims[s - 1], eps=LAYER_NORM_EPS))
         self.mlp2 = self.mlp3 = self.mlp4 = Mlp(dims[1], mlp_hidden(dims[1], mlp_ratios[1]),
                                                   drop=proj_drop)
+        self.grad_checkpointing = False  # the model's set_grad_checkpointing switches it
 
     def scale_modules(self, s: int):
         """(norm1s, factoratt_crpes, norm2s, mlps) of scale s (2, 3 or 4)."""
         return tuple(getattr(self, f"{name}{s}") for name in ("norm1", "factoratt_crpe", "norm2", "mlp"))
 
-    def forward(self, xs, sizes):
-        if len(xs) != 3 or len(sizes) != 3:
-            raise ValueError(f"a parallel block takes the three scales 2-4, got {len(xs)} tensors "
-                             f"and {len(sizes)} sizes")
-        normed = [self.scale_modules(s)[0](x) for x, s in zip(xs, (2, 3, 4))]
-        if self.mode == "interpolation":
-            cur = self.feature_interpolation(normed, sizes)
-        else:
-            cur = self.cross_attention(normed, sizes)
-        out = []
-        for x, c, s in zip(xs, cur, (2, 3, 4)):
-            _, _, norm2, mlp = self.scale_modules(s)
-            x = x + self.drop_path(c)
-            out.append(x + self.drop_path(mlp(norm2(x))))
-        return out
+    def forward(self, xs: List[torch.Tensor], sizes: List[Tuple[int, int]]) -> List[torch.Tensor]:
+        if not torch.jit.is_scripting():
+            if len(xs) != 3 or len(sizes) != 3:
+                raise ValueError(f"a parallel block takes the three scales 2-4, got {len(xs)} "
+                                 f"tensors and {len(sizes)} sizes")
+            if self.grad_checkpointing:  # recomputed in the backward pass
+                return recompute_in_backward(self.residuals, xs, sizes)
+        return self.residuals(xs, sizes)
 
-    def feature_interpolation(self, normed, sizes):
+    def residuals(self, xs: List[torch.Tensor], sizes: List[Tuple[int, int]]) -> List[torch.Tensor]:
+        """The block's two residual steps on the three scales (written out per scale, so that
+        TorchScript compiles it): x_s + (co-scale attention), then x_s + mlp(norm2(x_s))."""
+        x2, x3, x4 = xs[0], xs[1], xs[2]
+        normed = [self.norm12(x2), self.norm13(x3), self.norm14(x4)]
+        if self.mode == "interpolation":
+            c = self.feature_interpolation(normed, sizes)
+        elif torch.jit.is_scripting():
+            raise RuntimeError("TorchScript compiles the parallel blocks' interpolation mode "
+                               "only; run a cross_attention model in eager PyTorch")
+        else:
+            c = self.cross_attention(normed, sizes)
+        x2, x3, x4 = x2 + self.drop_path(c[0]), x3 + self.drop_path(c[1]), x4 + self.drop_path(c[2])
+        return [x2 + self.drop_path(self.mlp2(self.norm22(x2))),
+                x3 + self.drop_path(self.mlp3(self.norm23(x3))),
+                x4 + self.drop_path(self.mlp4(self.norm24(x4)))]
+
+    def feature_interpolation(self, normed: List[torch.Tensor],
+                              sizes: List[Tuple[int, int]]) -> List[torch.Tensor]:
         """Each scale's conv-attention, then every output resized to the other two grids and
         added (class tokens carried and summed)."""
-        c2, c3, c4 = (self.scale_modules(s)[1](u, size) for u, s, size in zip(normed, (2, 3, 4), sizes))
-        S2, S3, S4 = sizes
+        c2 = self.factoratt_crpe2(normed[0], sizes[0])
+        c3 = self.factoratt_crpe3(normed[1], sizes[1])
+        c4 = self.factoratt_crpe4(normed[2], sizes[2])
+        S2, S3, S4 = sizes[0], sizes[1], sizes[2]
         return [c2 + _interpolate_tokens(c3, S3, 2.0) + _interpolate_tokens(c4, S4, 4.0),
                 c3 + _interpolate_tokens(c4, S4, 2.0) + _interpolate_tokens(c2, S2, 0.5),
                 c4 + _interpolate_tokens(c3, S3, 0.5) + _interpolate_tokens(c2, S2, 0.25)]
 
-    def cross_attention(self, normed, sizes):
+    def cross_attention(self, normed: List[torch.Tensor],
+                        sizes: List[Tuple[int, int]]) -> List[torch.Tensor]:
         """Direct cross-layer attention: each scale's queries attend to its own keys and values
         and to the other scales' resized to its grid; the three conv-attentions are summed
-        before the scale's output projection.  Only the within-scale term is recorded."""
+        before the scale's output projection.  Only the within-scale term is recorded.
+        (Eager PyTorch and torch.fx only: TorchScript compiles the reference's interpolation.)"""
         atts = [self.scale_modules(s)[1] for s in (2, 3, 4)]
         qkv = [att.split_qkv(u) for att, u in zip(atts, normed)]
         out = []

@@ -15,6 +15,7 @@ draws the class token's implicit attention row or the key distributions.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Tuple
 
 import torch
 from torch import nn
@@ -84,7 +85,7 @@ class FactorAttnConvRelPosEnc(RecordsAttention, nn.Module):
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         return qkv.unbind(0)
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, size,
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, size: Tuple[int, int],
                record: bool = True) -> torch.Tensor:
         """d^-½ q (softmax(k)ᵀ v) + CRPE(q, v), heads merged: q, k, v (B, h, 1 + H·W, d)
         -> (B, 1 + H·W, h·d).  Keeps a record for the attention maps while recording (and
@@ -93,8 +94,9 @@ class FactorAttnConvRelPosEnc(RecordsAttention, nn.Module):
         B, h, N, d = q.shape
         ks = key_softmax(k, dim=2)  # (B, h, N, d): each channel a distribution over the tokens
         summary = (ks.transpose(-1, -2) @ v) * self.scale  # (B, h, d, d)
-        if record and self.record_attention:
-            self.keep(FactorizedAttentionRecord(ks, q[:, :, :1] * self.scale, tuple(size)))
+        if not torch.jit.is_scripting():
+            if record and self.record_attention:
+                self.keep(FactorizedAttentionRecord(ks, q[:, :, :1] * self.scale, tuple(size)))
         out = (q @ summary).transpose(1, 2).reshape(B, N, h * d)  # (B, N, C), heads merged
         return self.crpe.add_to(out, q, v, size)
 
@@ -102,6 +104,6 @@ class FactorAttnConvRelPosEnc(RecordsAttention, nn.Module):
         """(B, N, C) -> proj -> dropout -> (B, N, C)."""
         return self.proj_drop(self.proj(out))
 
-    def forward(self, x: torch.Tensor, size) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
         q, k, v = self.split_qkv(x)
         return self.project(self.attend(q, k, v, size))

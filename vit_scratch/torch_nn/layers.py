@@ -10,7 +10,13 @@ default); their NumPy twins are in ``vit_scratch.numpy_nn.layers``.
 :func:`check_inputs_by_hand`), with the messages of ``vit_scratch.validation``.  A model
 builds its layers inside :func:`layers_from_config`: its config has been validated, so they skip
 both, and their ``forward`` methods hold no checks at all (plain tensor code, traceable by
-``torch.fx`` and ``torch.compile``).
+``torch.fx`` and ``torch.compile``, and compiled by TorchScript).
+
+**Gradient checkpointing.**  A model's blocks recompute their activations in the backward pass
+instead of keeping them when the model's ``set_grad_checkpointing()`` is on: each block class
+runs its residual branches through :func:`recompute_in_backward` (``torch.utils.checkpoint``)
+while its ``grad_checkpointing`` flag is set.  Same values and gradients, less memory, one more
+forward pass per block.
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ import contextvars
 from contextlib import contextmanager
 
 import torch
+import torch.utils.checkpoint
 from torch import nn
 
 from .. import validation
@@ -96,7 +103,7 @@ class DropPath(nn.Module):
         if self.p == 0.0 or not self.training:
             return x
         keep = 1.0 - self.p
-        shape = (x.shape[0],) + (1,) * (x.ndim - 1)  # one coin per sample
+        shape = [x.shape[0]] + [1] * (x.ndim - 1)  # one coin per sample
         return x * x.new_empty(shape).bernoulli_(keep).div_(keep)
 
     def extra_repr(self) -> str:
@@ -115,7 +122,10 @@ def trunc_normal_(tensor: torch.Tensor, std: float = 0.02, bound: float = 2.0) -
     narrows the spread to 0.88·std for bound 2.  timm's and PyTorch's ``trunc_normal_(t,
     std=.02)`` take their bounds ``a=-2, b=2`` in absolute units: at std 0.02 that is ±100σ, so
     they never cut (a plain N(0, 0.02²)).  Notebook 01, section 4, compares the two.
+    A tensor on the ``meta`` device holds no values and is returned as it is.
     """
+    if tensor.is_meta:
+        return tensor
     tensor.normal_(0.0, std)
     outside = tensor.abs() > bound * std
     while outside.any():
@@ -140,3 +150,19 @@ def init_weights_(module: nn.Module, std: float = 0.02) -> nn.Module:
             nn.init.zeros_(m.bias)
     return module
 
+
+
+def recompute_in_backward(function, *args):
+    """``function(*args)``, keeping only ``args`` for the backward pass, which runs ``function``
+    again to get what it needs (``torch.utils.checkpoint``, non-reentrant: the recomputation
+    replays the same random numbers, so dropout and stochastic depth draw the same masks and the
+    gradients are those of the plain call).  The blocks call this while their
+    ``grad_checkpointing`` flag is on."""
+    return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False)
+
+
+def fx_tracing() -> bool:
+    """Whether ``torch.fx`` is tracing symbolically (a traced graph keeps no in-place update
+    whose result it does not use, so the few in-place fast paths step aside)."""
+    trace = torch.fx._symbolic_trace
+    return (getattr(trace, "is_fx_symbolic_tracing", None) or trace.is_fx_tracing)()

@@ -6,7 +6,6 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
-from einops import rearrange
 from torch import nn
 
 from .. import validation
@@ -35,8 +34,16 @@ class PatchEmbed(nn.Module):
         self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size, stride=patch_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        validation.check_images(x.shape, self.in_chans, self.img_size, dtype=x.dtype)
-        return self.embed(x.to(self.proj.weight.dtype))  # floats cast to the layer's dtype
+        if not torch.jit.is_scripting():
+            validation.check_images(x.shape, self.in_chans, self.img_size, dtype=x.dtype)
+            x = x.to(self.proj.weight.dtype)  # floats cast to the layer's dtype
+        return self.embed(x)
+
+    def set_img_size(self, img_size) -> None:
+        """Another input size (a model's ``set_input_size``, which has validated it)."""
+        self.img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+        self.grid_size = (self.img_size[0] // self.patch_size, self.img_size[1] // self.patch_size)
+        self.num_patches = self.grid_size[0] * self.grid_size[1]
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         """The embedding of images already checked: (B, C, H, W) -> (B, N, E)."""
@@ -88,10 +95,48 @@ def resize_pos_embed(pos_embed, new_grid, old_grid=None, num_prefix_tokens: int 
     if old_grid[0] * old_grid[1] != n:
         raise ValueError(f"old_grid {old_grid} does not hold the {n} grid entries of pos_embed")
     if old_grid != new_grid:
-        prefix, grid = pe[:, :num_prefix_tokens], pe[:, num_prefix_tokens:]
-        grid = rearrange(grid.float(), "1 (h w) c -> 1 c h w", h=old_grid[0], w=old_grid[1])
-        grid = F.interpolate(grid, size=new_grid, mode=mode, antialias=antialias,
-                             align_corners=False if mode in ("bicubic", "bilinear") else None)
-        grid = rearrange(grid, "1 c h w -> 1 (h w) c").to(pe.dtype)
-        pe = torch.cat([prefix, grid], dim=1)
+        pe = _resize_pos_embed(pe, new_grid, old_grid, num_prefix_tokens, mode, antialias)
     return pe.numpy() if as_numpy else pe
+
+
+def _resize_pos_embed(pos_embed: torch.Tensor, new_grid: tuple[int, int],
+                      old_grid: tuple[int, int], num_prefix_tokens: int, mode: str = "bicubic",
+                      antialias: bool = True) -> torch.Tensor:
+    """:func:`resize_pos_embed` on a tensor, unchecked (a model's ``dynamic_img_size`` calls it
+    on every forward; TorchScript compiles it)."""
+    prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
+    C = grid.shape[-1]
+    # (1, gh·gw, C) -> (1, C, gh, gw), interpolated in float32, and back
+    grid = grid.float().reshape(1, old_grid[0], old_grid[1], C).permute(0, 3, 1, 2)
+    grid = F.interpolate(grid, size=new_grid, mode=mode, antialias=antialias,
+                         align_corners=False if mode in ("bicubic", "bilinear") else None)
+    grid = grid.permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], C).to(pos_embed.dtype)
+    return torch.cat([prefix, grid], dim=1)
+
+
+def adapt_input_conv(weight: torch.Tensor, in_chans: int) -> torch.Tensor:
+    """A first convolution trained on ``weight.shape[1]`` input channels (RGB: 3), made to take
+    ``in_chans``, the way timm adapts pretrained weights (``timm.models.adapt_input_conv``):
+
+    * one channel: the sum over the trained channels (a grey image x·(1, 1, 1) gives the
+      response the RGB weights give to that grey);
+    * other counts: the trained channels repeated as often as needed, cut to ``in_chans`` and
+      scaled by trained / ``in_chans``, so that the response to a constant image keeps its size.
+
+    weight: (out, c, kh, kw) -> (out, in_chans, kh, kw), computed in float32, returned in the
+    weight's dtype (a half-precision checkpoint stays half).  The same weight when the counts
+    agree."""
+    in_chans = validation.check_int(in_chans, "in_chans", minimum=1)
+    if weight.ndim != 4:
+        raise ValueError(f"adapt_input_conv takes a Conv2d weight (out, in, kh, kw), got shape "
+                         f"{tuple(weight.shape)}")
+    trained = weight.shape[1]
+    if in_chans == trained:
+        return weight
+    w = weight.float()
+    if in_chans == 1:
+        w = w.sum(dim=1, keepdim=True)
+    else:
+        repeats = -(-in_chans // trained)  # ceil
+        w = w.repeat(1, repeats, 1, 1)[:, :in_chans] * (trained / in_chans)
+    return w.to(weight.dtype)

@@ -34,12 +34,12 @@ class Block(nn.Module):
         self.drop_path2 = DropPath(drop_path)
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):
-        h = self.attn(self.norm1(x), return_attention=return_attention)
-        if return_attention:
-            h, attn = h
-        x = x + self.drop_path1(h)
-        x = x + self.drop_path2(self.mlp(self.norm2(x)))
-        return (x, attn) if return_attention else x
+        if not torch.jit.is_scripting() and return_attention:  # eager only: (x, weights)
+            h, attn = self.attn(self.norm1(x), return_attention=True)
+            x = x + self.drop_path1(h)
+            return x + self.drop_path2(self.mlp(self.norm2(x))), attn
+        x = x + self.drop_path1(self.attn(self.norm1(x)))
+        return x + self.drop_path2(self.mlp(self.norm2(x)))
 
 
 class VisionTransformer(ModelBase):
@@ -48,7 +48,9 @@ class VisionTransformer(ModelBase):
     forward(images (B, C, H, W)) -> logits (B, num_classes)
     forward_features -> final-normed tokens (B, 1 + N, C)
     get_attention_maps -> per block, the full weights (B, heads, 1 + N, 1 + N); row 0 is where
-    the class token looks.  The rest of the interface: ``vit_scratch.interface``.
+    the class token looks.  forward_intermediates, prune_intermediate_layers,
+    set_input_size, dynamic_img_size and the rest of the interface: ``torch_nn.base``,
+    ``vit_scratch.interface``.
     """
 
     num_prefix_tokens = 1  # the class token
@@ -64,7 +66,8 @@ class VisionTransformer(ModelBase):
             self.cls_token = nn.Parameter(torch.zeros(1, 1, C))
             self.pos_embed = nn.Parameter(torch.zeros(1, 1 + self.patch_embed.num_patches, C))
             self.pos_drop = nn.Dropout(cfg.drop_rate)
-            drop_path = torch.linspace(0, cfg.drop_path_rate, cfg.depth).tolist()  # deeper, more
+            # deeper, more (on the CPU: a model built on the meta device needs the numbers)
+            drop_path = torch.linspace(0, cfg.drop_path_rate, cfg.depth, device="cpu").tolist()
             self.blocks = nn.Sequential(*[
                 Block(C, cfg.num_heads, cfg.mlp_ratio, cfg.qkv_bias, drop=cfg.drop_rate,
                       attn_drop=cfg.attn_drop_rate, drop_path=drop_path[i])
@@ -89,20 +92,10 @@ class VisionTransformer(ModelBase):
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, 1 + N, C): patches, class token in front, positions added."""
-        x = self.patch_embed.embed(self.prepare_images(images))  # (B, N, C), checked once
+        images = self.prepare_images(images)  # checked once
+        x = self.patch_embed.embed(images)  # (B, N, C)
         cls = self.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, C)
-        return self.pos_drop(torch.cat([cls, x], dim=1) + self.pos_embed)
+        return self.pos_drop(torch.cat([cls, x], dim=1) + self.position_embedding(images))
 
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
-        return self.norm(self.blocks(self.embed(images)))  # (B, 1 + N, C)
-
-    def forward_intermediates(self, images: torch.Tensor, indices=None, norm: bool = False,
-                              output_fmt: str = "NCHW", intermediates_only: bool = False):
-        """The outputs of the blocks in ``indices`` (None: all; n: the last n; a list), the
-        class token dropped, as (B, C, gh, gw) maps (``output_fmt="NLC"``: (B, N, C) tokens),
-        each passed through the final norm if ``norm``.  Returns ``(final features, maps)``, or
-        only the maps with ``intermediates_only`` (then the blocks after the last index are skipped).
-        """
-        x, maps = self.block_maps(images, indices, norm, output_fmt, intermediates_only,
-                                  self.num_prefix_tokens)
-        return maps if intermediates_only else (self.norm(x), maps)
+        return self.norm(self.run_blocks(self.embed(images)))  # (B, 1 + N, C)
