@@ -41,22 +41,13 @@ import tables  # noqa: E402  (benchmarks/tables.py: the pages' table from the re
 from digit_pictures import make_digit_pictures  # noqa: E402  (tests/digit_pictures.py)
 
 #: name -> (the trainer's options, what the recipe is).  ``small_folder`` is the README's
-#: class-project command (``--recipe small_folder``); the others each change one thing of it,
-#: or are the command the README gave before.
+#: class-project command (``--recipe small_folder``); ``small_folder_vit`` changes its model
+#: alone, and ``readme_before`` is the class-project command the README gave before.
 RECIPES = {
     "small_folder": (["--recipe", "small_folder"],
                      "--recipe small_folder: CoaT-Lite (coat_lite_digits) on 32×32 colour "
                      "pictures in 4×4 patches, lr 5e-4, weight decay 0.05, 100 epochs, the "
                      "digits' affine augmentation"),
-    "small_folder_50_epochs": (["--recipe", "small_folder", "--epochs", "50"],
-                               "the same, 50 epochs"),
-    "small_folder_digits_lr": (["--recipe", "small_folder", "--lr", "1.5e-3",
-                                "--weight-decay", "0.3"],
-                               "the same with the digits recipe's learning rate 1.5e-3 and "
-                               "weight decay 0.3"),
-    "small_folder_no_augmentation": (["--recipe", "small_folder", "--rotate", "0",
-                                      "--translate", "0", "--scale", "0"],
-                                     "the same without augmentation"),
     "small_folder_vit": (["--recipe", "small_folder", "--model", "vit_digits", "--model-arg",
                           "img_size=32", "--model-arg", "patch_size=4", "--model-arg",
                           "in_chans=3"],

@@ -271,4 +271,5 @@ def test_the_training_command_learns_a_small_folder(tmp_path, monkeypatch, capsy
     assert f"linear baseline (logistic regression on the pixels): validation " \
            f"{baseline['val_accuracy']:.4f}, test {baseline['test_accuracy']:.4f}" in out
     assert f"test accuracy {result['test_accuracy']:.4f}; linear baseline " \
-           f"{baseline['test_accuracy']:.4f}, chance 0.2500" in out
+           f"{baseline['test_accuracy']:.4f}, chance {result['chance']:.4f}" in out
+    assert result["chance"] == 65 / 259  # the most common class's share of the training split
