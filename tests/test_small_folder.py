@@ -152,3 +152,40 @@ def test_a_run_says_one_epoch_and_a_resized_position_embedding(pictures, tmp_pat
     assert "3 classes, 1 epoch on cpu, 1 thread" in text and "after 1 epoch (" in text
     assert (f"{tmp_path / 'start.safetensors'}: pos_embed resized from (1, 17, 16) to "
             f"(1, 37, 16) to fit the model's input size") in text
+
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def test_the_pages_quote_the_small_folder_and_workers_results():
+    """The README's and docs/training.md's sentences about the small-folder recipe and the
+    workers are read from the committed results of benchmarks/bench_small_folder.py and
+    benchmarks/bench_workers.py (their tables: tests/test_docs_consistency.py)."""
+    folder = json.loads((RESULTS / "small_folder.json").read_text())
+    recipe = folder["recipes"]["small_folder"]
+    acc, base = recipe["test_accuracy"], recipe["linear_baseline_test_accuracy"]
+    assert folder["seeds"] == [0, 1, 2] and acc["n"] == len(recipe["runs"]) == 3  # "three"
+    assert [r["recipe"] for r in recipe["runs"]] == ["small_folder"] * 3
+    quoted = (f"{100 * acc['mean']:.1f} ± {100 * acc['std']:.1f}% test accuracy (lowest "
+              f"{100 * acc['min']:.1f}%), where a linear baseline on the pixels reaches "
+              f"{100 * base['mean']:.1f}%")
+    readme, training = (" ".join((ROOT / page).read_text().split())
+                        for page in ("README.md", "docs/training.md"))
+    assert quoted in readme and quoted in training
+    vit, before = (folder["recipes"][n]["test_accuracy"] for n in ("small_folder_vit",
+                                                                    "readme_before"))
+    assert f"(ViT-Tiny with the digits recipe) reaches {100 * before['mean']:.1f}%" in readme
+    assert (f"{100 * vit['mean']:.1f} ± {100 * vit['std']:.1f}%, lowest {100 * vit['min']:.1f}%"
+            in training and f"stays near chance: {100 * before['mean']:.1f}%" in training)
+    assert (f"raises the lowest of the three from {100 * vit['min']:.1f}% to "
+            f"{100 * acc['min']:.1f}%") in training
+    svm = recipe["svm_test_accuracy"]
+    assert f"an RBF SVM on the grey pixels {100 * svm['mean']:.1f}%" in training
+    assert acc["min"] >= 0.80  # every seed clears the acceptance line
+    workers = json.loads((RESULTS / "workers.json").read_text())
+    configs = workers["configs"]
+    assert (f"spawn workers take {configs['spawn']['seconds_per_epoch']:.2f} s per epoch, fork "
+            f"workers {configs['fork']['seconds_per_epoch']:.2f} s ({workers['spawn_over_fork']:.2f}"
+            f"×)") in training
+    assert workers["spawn_over_fork"] <= 2
