@@ -73,15 +73,15 @@ class ConfigMixin:
 
     #: Fields of ours that timm's model class does not take, each with the value that is
     #: timm's behaviour (a family lists its own; see :meth:`timm_kwargs`).
-    TIMM_BEHAVIOUR: dict = {}
+    BEHAVIOUR_IN_TIMM: dict = {}
 
     def timm_kwargs(self) -> dict:
         """The config as keyword arguments of timm's model class, which ``timm.create_model``
-        passes on: every field, except those timm's class does not take (``TIMM_BEHAVIOUR``).
+        passes on: every field, except those timm's class does not take (``BEHAVIOUR_IN_TIMM``).
         Those must hold timm's behaviour; otherwise timm has no such model, and this is a
         ``ValueError`` that says so."""
         kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for name, timm_value in self.TIMM_BEHAVIOUR.items():
+        for name, timm_value in self.BEHAVIOUR_IN_TIMM.items():
             value = kwargs.pop(name)
             if value != timm_value:
                 raise ValueError(

@@ -107,7 +107,7 @@ class CaitConfig(PatchGridMixin, ConfigMixin):
         for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
             validation.check_probability(getattr(self, name), name)
 
-    TIMM_BEHAVIOUR = {"class_token_in_keys": True}  # timm's class attention reads it too
+    BEHAVIOUR_IN_TIMM = {"class_token_in_keys": True}  # timm's class attention reads it too
 
     def timm_kwargs(self) -> dict:
         """:meth:`ConfigMixin.timm_kwargs`, with ``init_values`` resolved (timm's class takes a
