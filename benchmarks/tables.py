@@ -18,6 +18,9 @@ Each results file says what it holds in its ``"benchmark"`` field:
 * ``"vit_data_scaling"``, ``"cait"``, ``"coat"``, ``"attention_localisation"``: the experiment
   scripts ``exp_*.py`` (the papers' claims in miniature, mean ± std over seeds); ``--part``
   picks one table of a file that has two.
+* ``"small_folder"``: ``bench_small_folder.py --json``, the trainer's recipes on a small folder of
+  pictures over three seeds, beside the linear baseline and an SVM.
+* ``"workers"``: ``bench_workers.py --json``, seconds per epoch with fork and spawn workers.
 """
 from __future__ import annotations
 
@@ -131,6 +134,32 @@ def attention_table(data: dict) -> str:
     return "\n".join(lines)
 
 
+def small_folder_table(data: dict) -> str:
+    """docs/training.md's table: the trainer's recipes on a small folder, over the seeds, beside
+    the linear baseline and an SVM on the same splits."""
+    lines = ["| recipe | options | test accuracy (mean ± std) | lowest | training, CPU s "
+             "| linear baseline | SVM on the pixels |",
+             "|---|---|---|---|---|---|---|"]
+    for name, r in data["recipes"].items():
+        acc = r["test_accuracy"]
+        lines.append(f"| {name} | `{r['options']}` | {percent(acc)} | {100 * acc['min']:.1f} % "
+                     f"| {r['cpu_seconds']['mean']:.0f} "
+                     f"| {percent(r['linear_baseline_test_accuracy'])} "
+                     f"| {percent(r['svm_test_accuracy'])} |")
+    return "\n".join(lines)
+
+
+def workers_table(data: dict) -> str:
+    """docs/training.md's table: seconds per epoch with DataLoader workers started by fork and
+    by spawn, and without workers."""
+    lines = ["| loading | workers | seconds per epoch | first epoch | later epochs |",
+             "|---|---|---|---|---|"]
+    for name, c in data["configs"].items():
+        lines.append(f"| {name} | {c['workers']} | {c['seconds_per_epoch']:.2f} "
+                     f"| {c['first_epoch_seconds']:.2f} | {c['later_epoch_seconds']:.2f} |")
+    return "\n".join(lines)
+
+
 def _pm(stat: dict, scale: float = 100, digits: int = 1) -> str:
     return f"{scale * stat['mean']:.{digits}f} ± {scale * stat['std']:.{digits}f}"
 
@@ -216,9 +245,10 @@ def install_table(data: dict) -> str:
     return "\n".join(lines)
 
 
-TABLES = {"digits": digits_table, "install": install_table, "models": models_table, "attention": attention_table,
-          "vit_data_scaling": scaling_table, "cait": cait_table, "coat": coat_table,
-          "attention_localisation": localisation_table}
+TABLES = {"digits": digits_table, "install": install_table, "models": models_table,
+          "attention": attention_table, "small_folder": small_folder_table,
+          "workers": workers_table, "vit_data_scaling": scaling_table, "cait": cait_table,
+          "coat": coat_table, "attention_localisation": localisation_table}
 
 
 def table(path, part: str | None = None) -> str:

@@ -615,3 +615,81 @@ def test_weight_helpers_check_their_arguments(source):
     assert set(vit_scratch.state_dict_to_numpy(compiled)) == set(source.state_dict())
 
 
+
+
+# --- the model a file records, as JSON; back to timm -----------------------------------------------
+
+TIMM_CASES = [("vit_digits", {}), ("cait_digits", {}),
+              ("cait_xxs24_224", dict(img_size=32, depth=2)),
+              ("coat_lite_digits", dict(img_size=32, patch_size=4, in_chans=3)),
+              ("coat_digits", dict(img_size=32, patch_size=4)),
+              ("coat_lite_digits", dict(img_size=32, patch_size=4,
+                                        parallel_mode="cross_attention"))]
+
+
+@pytest.mark.parametrize("name, kwargs", TIMM_CASES)
+def test_timm_kwargs_build_timms_model_with_the_same_logits(tmp_path, name, kwargs):
+    """The config is JSON in the file's metadata, and ``timm.create_model(**timm_kwargs(path))``
+    builds timm's model and loads the file into it: the same logits.  CaiT's
+    ``class_token_in_keys`` and CoaT's ``parallel_mode`` are not passed to timm, which takes
+    neither (CoaT-Lite's parallel_mode changes nothing, whatever it holds)."""
+    import json
+
+    import timm
+
+    from vit_scratch.weights import read_metadata
+
+    model = vit_scratch.randomize_weights_(vit_scratch.create_model(name, num_classes=3, **kwargs))
+    path = tmp_path / "model.safetensors"
+    save_checkpoint(model, path, class_names=["a", "b", "c"])
+    recorded = json.loads(read_metadata(path)["model_config"])  # JSON, not a Python repr
+    assert recorded["num_classes"] == 3
+    timm_args = vit_scratch.timm_kwargs(path)
+    assert timm_args["checkpoint_path"] == str(path)
+    assert "class_token_in_keys" not in timm_args and "parallel_mode" not in timm_args
+    oracle = timm.create_model(**timm_args).eval()
+    x = torch.randn(2, *model.pretrained_cfg["input_size"],
+                    generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert max_abs_diff(oracle(x), model.eval()(x)) < 1e-5
+
+
+@pytest.mark.parametrize("name, kwargs, needle", [
+    ("cait_digits", dict(class_token_in_keys=False),
+     "class_token_in_keys=False: timm has no such model"),
+    ("coat_digits", dict(img_size=32, patch_size=4, parallel_mode="cross_attention"),
+     "parallel_mode='cross_attention': timm has no such model"),
+    ("coat_lite_digits", {}, "patch_size=1: timm has no such model"),
+])
+def test_timm_kwargs_refuse_what_timm_has_no_model_for(tmp_path, name, kwargs, needle):
+    path = tmp_path / "model.safetensors"
+    save_checkpoint(vit_scratch.create_model(name, **kwargs), path)
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        vit_scratch.timm_kwargs(path)
+    bare = tmp_path / "bare.safetensors"
+    save_checkpoint(vit_scratch.create_model(name, **kwargs).state_dict(), bare)
+    with pytest.raises(CheckpointError, match="does not record its model"):
+        vit_scratch.timm_kwargs(bare)
+
+
+def test_a_config_recorded_as_a_python_literal_still_reads(tmp_path):
+    """Files whose metadata holds the config as ``repr`` of a dict (tuples, int keys) read the
+    same as JSON ones."""
+    import dataclasses
+
+    from safetensors.torch import save_file
+
+    from vit_scratch.weights import read_metadata, read_model_info
+
+    model = vit_scratch.create_model("coat_lite_digits", num_classes=3)
+    path = tmp_path / "new.safetensors"
+    save_checkpoint(model, path)
+    old = tmp_path / "old.safetensors"
+    metadata = {**read_metadata(path),
+                "model_config": repr(dataclasses.asdict(model.cfg))}
+    save_file({k: v.contiguous().clone() for k, v in model.state_dict().items()}, str(old),
+              metadata=metadata)
+    new_info, old_info = read_model_info(path), read_model_info(old)
+    assert new_info["model_config"]["crpe_window"] == {3: 2, 5: 2}  # int keys from JSON
+    assert vit_scratch.get_config("coat_lite_digits", **new_info["model_config"]) == \
+        vit_scratch.get_config("coat_lite_digits", **old_info["model_config"]) == model.cfg

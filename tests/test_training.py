@@ -6,9 +6,7 @@ block); the runs share two fixtures."""
 import csv
 import json
 import math
-import os
 import shutil
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -294,7 +292,7 @@ def test_every_setting_is_an_option_with_its_help():
     parsed = vars(build_parser().parse_args(["--patience", "3", "--flip", "--select", "last"]))
     assert parsed["patience"] == 3 and parsed["flip"] is True and parsed["select"] == "last"
     settings = TrainSettings(**{k: v for k, v in parsed.items()
-                                if k not in ("resume", "overwrite", "model_kwargs")})
+                                if k not in ("resume", "overwrite", "recipe", "model_kwargs")})
     assert settings.patience == 3 and settings.threads == 0  # 0: chosen from the machine
 
 
@@ -416,7 +414,10 @@ def test_predict_command_and_a_checkpoint_file_alone(picture_run, pictures, tmp_
     not_a_picture = tmp_path / "notes.txt"
     not_a_picture.write_text("hello")
     fails_with(predict_command.main, [str(out), str(not_a_picture)], capsys,
-               f"picture {str(not_a_picture)!r} cannot be decoded")
+               f"no picture could be decoded: {not_a_picture}")
+    fails_with(predict_command.main, [str(out), files[0], str(not_a_picture), "--bad-images",
+                                      "error"], capsys,
+               f"1 picture(s) cannot be decoded: {not_a_picture}")
     (tmp_path / "empty_run").mkdir()
     fails_with(predict_command.main, [str(tmp_path / "empty_run"), files[0]], capsys,
                "holds no checkpoint (best.safetensors or checkpoint.safetensors)")
@@ -448,37 +449,7 @@ def test_attention_map_follows_what_the_model_shows():
                                          "pool from"}
 
 
-# --- several processes ----------------------------------------------------------------------------
-
-def test_two_processes_match_one_and_resume_with_one(tmp_path, capsys):
-    """torchrun, 2 processes on the CPU (gloo), 4 images each per batch in 2 accumulated parts,
-    against 1 process with the same global batch of 8: the same weights after 10 steps, to float
-    rounding.  Rank 0 alone writes; the run then resumes (extended) in a single process, and
-    matches the single-process run extended the same way."""
-    data = make_pictures(tmp_path / "pictures", per_class=20)  # 36 train / 12 val / 12 test
-    args = ["--data", str(data), "--test-fraction", "0.2", "--val-fraction", "0.25",
-            "--batch-size", "8", "--epochs", "2", "--lr", "1e-2", "--warmup-epochs", "0.5",
-            "--rotate", "0", "--translate", "0", "--scale", "0", "--select", "last",
-            "--model-arg", "drop_path_rate=0.0", "--device", "cpu", "--threads", "1",
-            "--progress", "off", *TINY_ARGS]
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
-                                          os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         "-m", "vit_scratch.train", *args, "--accum-steps", "2", "--out", str(tmp_path / "two")],
-        env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.count("epoch   2/2") == 1  # rank 0 alone prints
-    one = main([*args, "--out", str(tmp_path / "one")])
-    metrics = json.loads((tmp_path / "two" / METRICS).read_text())
-    assert metrics["processes"] == 2 and one["processes"] == 1
-    assert metrics["images"] == one["images"] == {"train": 36, "val": 12, "test": 12}
-    same_model(tmp_path / "one" / CHECKPOINT, tmp_path / "two" / CHECKPOINT)
-    for out in ("one", "two"):
-        main(["--out", str(tmp_path / out), "--resume", "--epochs", "3"])
-    same_model(tmp_path / "one" / CHECKPOINT, tmp_path / "two" / CHECKPOINT)
-
+# --- several processes (tests/test_distributed.py launches them) ----------------------------------
 
 def same_model(path_a, path_b) -> None:
     """Two checkpoints hold the same weights to float rounding, except the attention's key bias,
@@ -622,11 +593,12 @@ def test_a_class_without_a_validation_picture_is_refused(tmp_path, capsys):
     fails(["--data", str(data), "--out", str(out), *TINY_ARGS], capsys,
           "--val-fraction 0.1 leaves class 'c' without a validation picture")
     fails(["--data", str(data), "--val-fraction", "0.02", "--out", str(out), *TINY_ARGS], capsys,
-          "--val-fraction 0.02 of 34 training pictures in 3 classes cannot hold every class")
+          "--val-fraction 0.02 of 34 training pictures leaves 1 for validation and 33 for "
+          "training: too few validation pictures for the 3 classes", "raise --val-fraction")
     (data / "c" / "1.png").unlink()
     fails(["--data", str(data), "--out", str(out), *TINY_ARGS], capsys,
           "class 'c' has 1 training picture(s): a validation split needs at least 2")
-    assert not any(out.iterdir())  # nothing written
+    assert not out.exists()  # nothing written
 
 
 def test_a_picture_that_does_not_decode_is_named_before_training(pictures, tmp_path, capsys):
@@ -637,10 +609,12 @@ def test_a_picture_that_does_not_decode_is_named_before_training(pictures, tmp_p
     err = fails([*picture_args(data), "--out", str(tmp_path / "run")], capsys,
                 "1 picture(s) in", str(broken), "--bad-images skip")
     assert "Traceback" not in err and not (tmp_path / "run" / SETTINGS).exists()
-    with pytest.warns(UserWarning, match=f"left out 1 picture.*{broken}"):
-        result = main([*picture_args(data), "--epochs", "1", "--bad-images", "skip", "--out",
-                       str(tmp_path / "run")])
+    result = main([*picture_args(data), "--epochs", "1", "--bad-images", "skip", "--out",
+                   str(tmp_path / "run")])
     assert sum(result["images"].values()) == 47
+    err = capsys.readouterr().err  # a warning, on one line
+    assert "python -m vit_scratch.train: warning: left out 1 picture(s) of" in err and \
+        str(broken) in err
 
 
 def test_a_finished_run_is_never_overwritten_unless_asked(finished_run, capsys):

@@ -33,6 +33,7 @@ _LAZY = {
     "read_state_dict": "weights",
     "save_checkpoint": "weights",
     "state_dict_to_numpy": "weights",
+    "timm_kwargs": "weights",
     "resize_pos_embed": "torch_nn.patch_embed",
 }
 
@@ -63,4 +64,5 @@ __all__ = [
     "resize_pos_embed",
     "save_checkpoint",
     "state_dict_to_numpy",
+    "timm_kwargs",
 ]

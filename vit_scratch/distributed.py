@@ -7,12 +7,18 @@
 
 ``torchrun`` sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` in each
 process; the trainer then joins the process group (gloo on the CPU, NCCL on CUDA GPUs), gives
-each process its share of every batch (``DistributedSampler``), wraps the model in
+each process its share of every batch (:class:`BatchShares`), wraps the model in
 ``DistributedDataParallel`` (which averages the gradients), adds the evaluation counts of every
 process together, and lets rank 0 alone print, draw and write the run folder.
 
-Infrastructure from PyTorch (``torch.distributed``, ``DistributedDataParallel``,
-``DistributedSampler``), not teaching code: this module only wires it to the trainer.
+What is equal to one process: the global batches (:class:`BatchShares`), the augmentation of
+every picture (seeded by ``(seed, epoch, index)``, not by the process), the losses and
+accuracies (every image counted once), and so the weights, to float rounding (the processes
+add their gradients up in another order).  What is not: dropout and stochastic depth, which
+each process draws for its own share of a batch.
+
+Infrastructure from PyTorch (``torch.distributed``, ``DistributedDataParallel``), not teaching
+code: this module only wires it to the trainer.
 """
 from __future__ import annotations
 
@@ -111,14 +117,46 @@ def same_everywhere(error: str | None, device: torch.device) -> str | None:
     return broadcast(error, device)
 
 
-def train_sampler(dataset, world: World, seed: int):
-    """Every process's share of a global order that depends only on ``seed`` and the epoch
-    (``sampler.set_epoch``): with a per-process batch of ``batch_size / world.size``, the
-    processes' batches together are the same global batches for any number of processes."""
-    from torch.utils.data import DistributedSampler
+class BatchShares:
+    """The training batches of one process: every process's share of the same global batches,
+    whatever the number of processes -- a batch sampler for ``DataLoader(batch_sampler=...)``.
 
-    return DistributedSampler(dataset, num_replicas=world.size, rank=world.rank, shuffle=True,
-                              seed=seed, drop_last=False)
+    Each epoch, the ``n`` items are shuffled by a permutation that depends only on ``seed`` and
+    the epoch (:meth:`set_epoch`, called by the trainer before every epoch) and cut into global
+    batches of ``batch_size`` (the last one smaller when ``batch_size`` does not divide ``n``);
+    process ``r`` of ``W`` takes items ``r, r + W, r + 2W, ...`` of each.  Nothing is padded or
+    repeated, so every item is counted once per epoch.  A process whose share of a short last
+    batch is empty gets one *stand-in* item instead, marked as not counted (it takes part in the
+    step's gradient exchange with a zero loss).  Each item comes as a key
+    ``(epoch, index, counted)``, which :class:`vit_scratch.data.SeededSamples` turns into the
+    item with its augmentation seeded by ``(seed, epoch, index)``.
+
+    (PyTorch's ``DistributedSampler`` would give the same global order, but pads the shares to
+    equal lengths by repeating items, which are then counted twice.)"""
+
+    def __init__(self, n: int, batch_size: int, world: World = World(), seed: int = 0):
+        self.n, self.batch_size, self.world, self.seed = n, batch_size, world, seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return -(-self.n // self.batch_size)
+
+    def global_batches(self) -> list[list[int]]:
+        """This epoch's global batches of item indices (the same in every process)."""
+        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(
+            self.seed + self.epoch)).tolist()
+        return [order[i:i + self.batch_size] for i in range(0, self.n, self.batch_size)]
+
+    def __iter__(self):
+        for batch in self.global_batches():
+            share = batch[self.world.rank::self.world.size]
+            if share:
+                yield [(self.epoch, i, True) for i in share]
+            else:  # a short last batch leaves this process nothing: one stand-in, not counted
+                yield [(self.epoch, batch[0], False)]
 
 
 def shard(dataset, world: World):

@@ -26,7 +26,7 @@ from .specs import cait, coat, vit
 from .specs.base import ModelSpec
 
 __all__ = ["FAMILIES", "MODEL_OPTIONS", "create_model", "create_numpy_model", "get_config",
-           "get_pretrained_cfg", "list_models"]
+           "get_pretrained_cfg", "list_models", "timm_name"]
 
 
 def torch_nn():
@@ -104,6 +104,17 @@ def list_models(filter: str = "") -> list[str]:
     if not filter:
         return names
     return [n for n in names if fnmatch.fnmatch(n, filter) or filter in n]
+
+
+def timm_name(name: str) -> str:
+    """The name timm knows this model by: ``name`` itself when timm publishes weights for it
+    (its ``pretrained_cfg`` has an ``hf_hub_id``), else the first such name of its family --
+    whose class is the same; pass every field of the config to get this one."""
+    family, spec = lookup(name)
+    if spec.pretrained_cfg.get("hf_hub_id"):
+        return name
+    return next(other for other, s in family.spec.MODELS.items()
+                if s.pretrained_cfg.get("hf_hub_id"))
 
 
 def get_config(name: str, **kwargs):

@@ -299,6 +299,34 @@ def plot_attention_grid_overlay(img: np.ndarray, attn_map: np.ndarray, ax=None,
     return ax
 
 
+def save_attention_figure(image: np.ndarray, attn_map: np.ndarray, path, title: str = "",
+                          what: str = "", alpha: float = 0.5, cmap: str = "inferno"):
+    """A PNG file of two panels: ``image`` (C, H, W in [0, 1]) as the model saw it, and the same
+    image under ``attn_map`` (gh, gw) with opacity ``alpha``, its colour bar beside it;
+    ``title`` above (the file and the predicted class), ``what`` the map is below it.  Drawn
+    without pyplot (safe in scripts and threads); returns the figure."""
+    from .extras import require
+
+    require("matplotlib", "drawing attention maps")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    image = np.asarray(image)
+    if image.shape[0] == 1:
+        image = image.repeat(3, 0)
+    fig = Figure(figsize=(6.0, 3.4), layout="constrained")
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2)
+    show_image(image, left, "the picture, as the model sees it")
+    plot_attention_grid_overlay(image, attn_map, ax=right, alpha=alpha, cmap=cmap)
+    right.set_title(f"attention (opacity {alpha:g})", fontsize=9)
+    left.title.set_fontsize(9)
+    fig.colorbar(right.images[-1], ax=right, shrink=0.8, label="attention weight")
+    fig.suptitle("\n".join(t for t in (title, what) if t), fontsize=9)
+    fig.savefig(str(path), dpi=100)
+    return fig
+
+
 def plot_layer_head_maps(img: np.ndarray, maps: np.ndarray, boxes=None, title: str | None = None,
                          layer_names=None, size: float = 1.4, colorbar: bool = False,
                          vmin: float | None = None, vmax: float | None = None):
@@ -350,7 +378,8 @@ def plot_layer_head_maps(img: np.ndarray, maps: np.ndarray, boxes=None, title: s
 
 def plot_training_curves(history: list[dict], axes=None, title: str | None = None,
                          selected_epoch: int | None = None, test_accuracy: float | None = None,
-                         label_smoothing: float | None = None):
+                         label_smoothing: float | None = None, chance: float | None = None,
+                         baseline: float | None = None, stopped_early: str | None = None):
     """Loss and accuracy per epoch from the trainer's history (dicts with ``epoch``,
     ``train_cross_entropy``, ``val_loss``, ``train_accuracy``, ``val_accuracy``).
 
@@ -358,18 +387,22 @@ def plot_training_curves(history: list[dict], axes=None, title: str | None = Non
     minimises it with label smoothing ``label_smoothing``, which the axis label states); the
     training curves are measured on augmented batches in training mode.  Epoch ticks are
     integers, the legend sits below the panels, and ``selected_epoch`` (the checkpoint the test
-    used) is marked, with ``test_accuracy`` in the title.  ``axes``: two matplotlib axes, or
-    None for a new figure.  Returns the two axes."""
+    used) is marked, with ``test_accuracy`` in the title.  The accuracy panel draws ``chance``
+    (always answering the most common class) and ``baseline`` (the linear baseline's validation
+    accuracy) as horizontal lines; ``stopped_early`` (a note) is said in the title.  ``axes``:
+    two matplotlib axes, or None for a new figure.  Returns the two axes."""
     if axes is None:
         from .extras import require
 
         plt = require("matplotlib.pyplot", "drawing the training curves")
         _, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-    _draw_curves(history, axes, title, selected_epoch, test_accuracy, label_smoothing)
+    _draw_curves(history, axes, title, selected_epoch, test_accuracy, label_smoothing, chance,
+                 baseline, stopped_early)
     return axes
 
 
-def _draw_curves(history, axes, title, selected_epoch, test_accuracy, label_smoothing):
+def _draw_curves(history, axes, title, selected_epoch, test_accuracy, label_smoothing,
+                 chance=None, baseline=None, stopped_early=None):
     from matplotlib.ticker import MaxNLocator
 
     epochs = [h["epoch"] for h in history]
@@ -381,8 +414,16 @@ def _draw_curves(history, axes, title, selected_epoch, test_accuracy, label_smoo
         acc_ax.plot(epochs, [h[acc_key] for h in history], color=color, label=label)
     loss_ax.set_ylabel("cross-entropy")
     acc_ax.set_ylabel("accuracy")
-    lowest = min(min(h["val_accuracy"], h["train_accuracy"]) for h in history)
-    acc_ax.set_ylim(max(0.0, lowest - 0.05), 1.0)
+    lines = [(chance, "chance", "0.35", "--"), (baseline, "linear baseline (validation)", "C2",
+                                                 "-.")]
+    for value, label, color, style in lines:
+        if value is not None:
+            acc_ax.axhline(value, color=color, linestyle=style, lw=1,
+                           label=f"{label} {value:.2f}")
+            loss_ax.plot([], [], color=color, linestyle=style, lw=1, label=f"{label} {value:.2f}")
+    drawn = [min(h["val_accuracy"], h["train_accuracy"]) for h in history]
+    drawn += [v for v, *_ in lines if v is not None]
+    acc_ax.set_ylim(max(0.0, min(drawn) - 0.05), 1.0)
     for ax in axes:
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -396,28 +437,32 @@ def _draw_curves(history, axes, title, selected_epoch, test_accuracy, label_smoo
         acc_ax.plot([selected_epoch], [chosen["val_accuracy"]], "o", color="C1", ms=5)
         if test_accuracy is not None:
             summary += f"; test {test_accuracy:.4f} (epoch {selected_epoch})"
+    if stopped_early:
+        summary += f"\n{stopped_early}"
     acc_ax.set_title(summary, fontsize=8)
     note = (f"both without label smoothing (trained with {label_smoothing:g})"
             if label_smoothing else "")
     loss_ax.set_title("\n".join(t for t in (title, note) if t), fontsize=8)
     handles, labels = loss_ax.get_legend_handles_labels()
     figure = loss_ax.figure
-    figure.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8,
+    figure.legend(handles, labels, loc="lower center", ncol=min(len(labels), 3), fontsize=8,
                   frameon=False)
-    figure.subplots_adjust(bottom=0.28, wspace=0.3)
+    figure.subplots_adjust(bottom=0.3 if len(labels) > 3 else 0.26, top=0.84, wspace=0.3)
 
 
 def save_training_curves(history: list[dict], path, title: str | None = None, **marks) -> None:
     """``plot_training_curves`` into a PNG file, without pyplot (safe in scripts and threads);
-    ``marks``: ``selected_epoch``, ``test_accuracy``, ``label_smoothing``."""
+    ``marks``: ``selected_epoch``, ``test_accuracy``, ``label_smoothing``, ``chance``,
+    ``baseline``, ``stopped_early``."""
     from .extras import require
 
     require("matplotlib", "drawing the training curves")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(9, 3.6))
+    fig = Figure(figsize=(9, 4.0))
     FigureCanvasAgg(fig)
     _draw_curves(history, fig.subplots(1, 2), title, marks.get("selected_epoch"),
-                 marks.get("test_accuracy"), marks.get("label_smoothing"))
+                 marks.get("test_accuracy"), marks.get("label_smoothing"), marks.get("chance"),
+                 marks.get("baseline"), marks.get("stopped_early"))
     fig.savefig(str(path), dpi=80)

@@ -1,16 +1,24 @@
 """Predict the classes of pictures with a trained model, and show where it looked.
 
     python -m vit_scratch.predict runs/pets cat.jpg dog.png           # a run folder
-    python -m vit_scratch.predict runs/pets/best.safetensors *.jpg   # or a checkpoint file alone
+    python -m vit_scratch.predict runs/pets new_pictures/              # every picture of a folder
+    python -m vit_scratch.predict runs/pets/best.safetensors "new/*.jpg"   # a checkpoint, a glob
     python -m vit_scratch.predict runs/pets cat.jpg --attention      # and an attention map each
 
-Prints each picture's top-k classes with their probabilities.  A checkpoint written by the
+Prints each picture's top-k classes with their probabilities, and writes them into ``--out``
+(default: RUN/predictions, or ``predictions/`` beside a checkpoint file): ``predictions.csv``
+(a row per picture: its best class and probability, the top-k, the attention figure, or why it
+could not be read) and ``predictions.json``.  A picture that does not decode is left out with a
+warning naming it (``--bad-images skip``, the default) or stops the command, naming every such
+picture, before the model is loaded (``--bad-images error``).  A checkpoint written by the
 trainer (or by ``vit_scratch.save_checkpoint`` from a model of ``create_model``) records the
 model's name, config, preprocessing and class names in its metadata, so the file alone is
 enough.
 
-``--attention`` saves ``OUT/<picture>_attention.png``: the picture with the map the model's
-interface gives, chosen by what the model can show, never by its family's name --
+``--attention`` saves ``OUT/<picture>_attention.png``: the picture as the model saw it, and beside
+it the same picture under the map the model's interface gives (``--alpha``: how opaque), with a
+colour bar, the file and the predicted class in the title.  The map is chosen by what the model
+can show, never by its family's name --
 
 * attention rollout (Abnar & Zuidema, 2020) when every layer maps all tokens to all tokens
   (``get_attention_maps`` gives (B, heads, N, N) maps of one size: ViT, DeiT);
@@ -23,7 +31,9 @@ interface gives, chosen by what the model can show, never by its family's name -
 from __future__ import annotations
 
 import argparse
+import csv
 import inspect
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -33,15 +43,70 @@ from . import run_folder
 from .data import open_picture, preprocess
 
 
-def load_pictures(paths) -> list:
-    """Decode every picture first, so that a file that is not a picture stops the command
-    before the model is loaded (a ``ValueError`` naming it)."""
-    pictures = []
-    for path in paths:
-        if not Path(path).is_file():
-            raise ValueError(f"picture {str(path)!r}: no such file")
-        pictures.append(open_picture(path))
-    return pictures
+#: The picture files a folder is searched for (torchvision's ``ImageFolder`` reads the same).
+PICTURE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+def find_pictures(items) -> list[Path]:
+    """The picture files that ``items`` name: a file as it is, a folder's pictures (searched
+    below it, sorted, by :data:`PICTURE_SUFFIXES`), a glob pattern's matches (``"new/*.jpg"``,
+    when the shell did not expand it).  A ``ValueError`` for an item that names nothing, or
+    when there is no picture in all."""
+    import glob
+
+    files = []
+    for item in items:
+        path = Path(item)
+        if path.is_dir():
+            found = sorted(f for f in path.rglob("*")
+                           if f.is_file() and f.suffix.lower() in PICTURE_SUFFIXES)
+            if not found:
+                raise ValueError(f"folder {str(path)!r} holds no pictures "
+                                 f"({', '.join(PICTURE_SUFFIXES)})")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        elif glob.has_magic(str(item)):
+            found = sorted(Path(f) for f in glob.glob(str(item), recursive=True)
+                           if Path(f).is_file())
+            if not found:
+                raise ValueError(f"{str(item)!r} matches no file")
+            files += found
+        else:
+            raise ValueError(f"picture {str(item)!r}: no such file or folder")
+    if not files:
+        raise ValueError("no pictures to predict: name picture files, folders or patterns")
+    return files
+
+
+def load_pictures(paths, bad_images: str = "error") -> tuple[list, list, list[tuple[str, str]]]:
+    """Decode every picture first, so that bad files are known before the model is loaded:
+    ``(pictures, their paths, [(path, why) of those that do not decode])``.  With
+    ``bad_images="error"`` those are a ``ValueError`` naming each of them; with ``"skip"``
+    they are left out, with a warning naming them."""
+    from .data import unreadable_pictures
+
+    if bad_images not in ("error", "skip"):
+        raise ValueError(f"--bad-images must be 'error' or 'skip', got {bad_images!r}")
+    paths = [Path(p) for p in paths]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise ValueError(f"picture {missing[0]!r}: no such file")
+    bad = unreadable_pictures(paths)
+    if bad:
+        listed = "; ".join(f"{p} ({why})" for p, why in bad[:10])
+        more = f"; and {len(bad) - 10} more" if len(bad) > 10 else ""
+        if bad_images == "error":
+            raise ValueError(f"{len(bad)} picture(s) cannot be decoded: {listed}{more} (pass "
+                             f"--bad-images skip to predict the others)")
+        warnings.warn(f"left out {len(bad)} picture(s) that cannot be decoded: {listed}{more}",
+                      stacklevel=2)
+    skipped = {p for p, _ in bad}
+    good = [p for p in paths if str(p) not in skipped]
+    if not good:
+        raise ValueError("no picture could be decoded: " + "; ".join(f"{p} ({why})"
+                                                                    for p, why in bad[:10]))
+    return [open_picture(p) for p in good], good, bad
 
 
 @torch.no_grad()
@@ -73,14 +138,11 @@ def attention_map(model, images: torch.Tensor) -> tuple[np.ndarray, str]:
     return grids.mean(axis=1), "the last layer's class attention"
 
 
-def save_attention(model, pictures, names, out: Path, predictions) -> list[Path]:
-    """One figure per picture: the model's input with its attention map over it."""
+def save_attention(model, pictures, names, out: Path, predictions,
+                   alpha: float = 0.5) -> list[Path]:
+    """One figure per picture: the model's input, and beside it the same input under its
+    attention map (``plotting.save_attention_figure``)."""
     from . import plotting
-    from .extras import require
-
-    require("matplotlib", "drawing attention maps (--attention)")
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
     device = next(model.parameters()).device
     batch = torch.stack([torch.from_numpy(preprocess(p, model)) for p in pictures]).to(device)
@@ -89,64 +151,107 @@ def save_attention(model, pictures, names, out: Path, predictions) -> list[Path]
     out.mkdir(parents=True, exist_ok=True)
     written, used = [], set()
     for image, attn, name, top in zip(images, maps, names, predictions):
-        if image.shape[0] == 1:
-            image = image.repeat(3, 0)
-        fig = Figure(figsize=(3.2, 3.6))
-        FigureCanvasAgg(fig)
-        ax = fig.subplots()
-        plotting.plot_attention_grid_overlay(image, attn, ax=ax)
-        ax.set_title(f"{top[0][0]} {top[0][1]:.2f}\n{what}", fontsize=7)
         stem, n = Path(name).stem, 1
         while stem in used:  # cat/0.png and dog/0.png: 0_attention.png, 0-2_attention.png
             n += 1
             stem = f"{Path(name).stem}-{n}"
         used.add(stem)
         path = out / f"{stem}_attention.png"
-        fig.savefig(str(path), dpi=100)
+        plotting.save_attention_figure(image, attn, path, alpha=alpha,
+                                       title=f"{Path(name).name}: {top[0][0]} {top[0][1]:.2f}",
+                                       what=what)
         written.append(path)
     return written
 
 
+def predictions_folder(run, out=None) -> Path:
+    """Where predictions go: ``out``, or RUN/predictions (a run folder), or ``predictions/``
+    beside a checkpoint file."""
+    if out is not None:
+        return Path(out)
+    run = Path(run)
+    return (run if run.is_dir() else run.parent) / run_folder.PREDICTIONS
+
+
+def write_predictions(rows: list[dict], out: Path) -> None:
+    """predictions.csv (a row per picture) and predictions.json."""
+    out.mkdir(parents=True, exist_ok=True)
+    run_folder.write_json(rows, out / "predictions.json")
+    with open(out / "predictions.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["picture", "class", "probability", "top_k", "attention", "error"])
+        for row in rows:
+            best = row["top"][0] if row["top"] else ("", "")
+            writer.writerow([row["picture"], best[0], f"{best[1]:.6f}" if row["top"] else "",
+                             "; ".join(f"{c} {p:.4f}" for c, p in row["top"]),
+                             row["attention"] or "", row["error"] or ""])
+
+
 def predict_files(run, pictures, top_k: int = 5, attention: bool = False, out=None,
-                  device: str = "cpu", log=print) -> list[dict]:
-    """:func:`predict` for picture files with the model of ``run`` (a run folder or a
-    checkpoint file); prints one line per picture; ``attention``: also the maps, into ``out``
-    (default: ``predictions``).  Returns ``[{"picture", "top": [(class, probability), ...],
-    "attention": path or None}]``."""
+                  device: str = "cpu", log=print, bad_images: str = "skip",
+                  alpha: float = 0.5) -> list[dict]:
+    """:func:`predict` for pictures (files, folders, glob patterns: :func:`find_pictures`)
+    with the model of ``run`` (a run folder or a checkpoint file); prints one line per picture
+    and writes predictions.csv and predictions.json into ``out`` (default:
+    :func:`predictions_folder`); ``attention``: also the figures, there.  Returns ``[{"picture",
+    "top": [(class, probability), ...], "attention": path or None, "error": None or why}]``, a
+    picture that does not decode (``bad_images="skip"``) with an empty ``top`` and its
+    ``error``."""
     if not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"--top-k must be a positive integer, got {top_k!r}")
-    images = load_pictures(pictures)  # every picture decodes, before the model is loaded
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"--alpha must be in [0, 1], got {alpha!r}")
+    images, names, bad = load_pictures(find_pictures(pictures), bad_images)
     model, _, _ = run_folder.open_run(run, device)
     results = predict(model, images, top_k)
+    folder = predictions_folder(run, out)
     maps = [None] * len(images)
     if attention:
-        maps = save_attention(model, images, pictures, Path(out or "predictions"), results)
+        maps = save_attention(model, images, names, folder, results, alpha)
     rows = []
-    for name, top, path in zip(pictures, results, maps):
+    for name, top, path in zip(names, results, maps):
         log(f"{name}: " + ", ".join(f"{c} {p:.3f}" for c, p in top)
             + (f"  (attention: {path})" if path else ""))
-        rows.append({"picture": str(name), "top": top, "attention": str(path) if path else None})
+        rows.append({"picture": str(name), "top": top, "attention": str(path) if path else None,
+                     "error": None})
+    rows += [{"picture": p, "top": [], "attention": None, "error": why} for p, why in bad]
+    write_predictions(rows, folder)
+    log(f"-> {folder}")
     return rows
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m vit_scratch.predict", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("run", metavar="RUN", help="a run folder or a checkpoint file")
-    parser.add_argument("pictures", metavar="PICTURE", nargs="+")
-    parser.add_argument("--top-k", type=int, default=5, metavar="K")
+        formatter_class=run_folder.HelpFormatter)
+    parser.add_argument("run", metavar="RUN",
+                        help="a run folder (its selected checkpoint) or a checkpoint file")
+    parser.add_argument("pictures", metavar="PICTURE", nargs="+",
+                        help="picture files, folders (every picture below them) or glob "
+                             "patterns ('new/*.jpg')")
+    parser.add_argument("--top-k", type=int, default=5, metavar="K",
+                        help="how many classes to show per picture, the most probable first")
     parser.add_argument("--attention", action="store_true",
-                        help="save each picture's attention map into --out")
-    parser.add_argument("--out", metavar="DIR", default="predictions",
-                        help="where --attention's figures go")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+                        help="also save each picture beside its attention map into --out")
+    parser.add_argument("--alpha", type=float, default=0.5, metavar="A",
+                        help="how opaque the attention map is over the picture, in [0, 1]")
+    parser.add_argument("--bad-images", choices=("skip", "error"), default="skip",
+                        help="pictures that do not decode: 'skip' leaves them out with a "
+                             "warning naming them (and a row saying why); 'error' stops, "
+                             "naming them")
+    parser.add_argument("--out", metavar="DIR", default=None,
+                        help="where predictions.csv, predictions.json and the attention figures "
+                             "go (default: RUN/predictions, or predictions/ beside a checkpoint "
+                             "file)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        metavar="DEVICE", help="'cpu', 'cuda', 'cuda:N' or 'mps'")
     return parser
 
 
 def main(argv=None) -> list[dict]:
     return run_folder.run_command(build_parser(), argv, lambda a: predict_files(
-        a.run, a.pictures, a.top_k, a.attention, a.out, a.device))
+        a.run, a.pictures, a.top_k, a.attention, a.out, a.device, bad_images=a.bad_images,
+        alpha=a.alpha))
 
 
 if __name__ == "__main__":

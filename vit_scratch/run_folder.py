@@ -25,9 +25,12 @@ same number of processes) from the state of its last finished epoch.
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import os
+import warnings
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -44,12 +47,16 @@ METRICS_CSV = "metrics.csv"
 METRICS = "metrics.json"
 CURVES = "curves.png"
 RUN_FILES = (CHECKPOINT, BEST, STATE, SETTINGS, METRICS_CSV, METRICS, CURVES)
+#: Where ``evaluate`` and ``predict`` write by default, inside the run folder.
+EVALUATION = "evaluation"
+PREDICTIONS = "predictions"
+RUN_FOLDERS = (EVALUATION, PREDICTIONS)
 
 #: Settings that may change when a run is resumed: they do not change what is computed
 #: (``accum_steps`` only up to float rounding), or only what happens after the last epoch
 #: (``epochs``, which must then exceed the epochs done; ``patience``; ``select``).
 RESUMABLE_CHANGES = ("device", "precision", "compile", "workers", "threads", "progress", "out",
-                     "accum_steps", "epochs", "patience", "select")
+                     "accum_steps", "epochs", "patience", "select", "baseline")
 
 #: The columns of metrics.csv, one row per epoch.
 CSV_COLUMNS = ("epoch", "lr", "train_loss", "train_cross_entropy", "train_accuracy", "val_loss",
@@ -85,13 +92,13 @@ def check_out(out: Path, resume: bool, overwrite: bool) -> str:
         also = ", or --resume to continue it" if state == "unfinished" else ""
         raise ValueError(f"--out {str(out)!r} already holds {what} run; pass --overwrite to "
                          f"replace it{also}, or choose another folder")
-    try:  # unwritable folders fail now, not after training
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write_test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as error:
-        raise ValueError(f"--out {str(out)!r} is not a folder we can write to: {error}") from None
+    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        # unwritable folders fail now, not after training; the folder itself is made only once
+        # the data and the model are ready (the trainer's set-up), so a refused run leaves none
+        why = "read-only" if existing.is_dir() else "not a folder"
+        raise ValueError(f"--out {str(out)!r} is not a folder we can write to: "
+                         f"{str(existing)!r} is {why}")
     return state
 
 
@@ -124,9 +131,15 @@ def check_resume(settings, state: dict, out: Path) -> bool:
 
 
 def remove_run_files(out: Path) -> None:
-    """Delete the files of the run in ``out`` (``--overwrite``), nothing else."""
+    """Delete the files of the run in ``out`` and what the commands that read it wrote there
+    (``--overwrite``), nothing else."""
+    import shutil
+
     for name in RUN_FILES:
         (out / name).unlink(missing_ok=True)
+    for name in RUN_FOLDERS:
+        if (out / name).is_dir():
+            shutil.rmtree(out / name)
 
 
 def save_atomic(write, path: Path) -> None:
@@ -161,7 +174,20 @@ def write_settings(out: Path, settings, model, classes: list[str]) -> None:
 
 
 def read_settings(out: Path) -> dict:
-    return json.loads((out / SETTINGS).read_text())
+    """The run's settings.json; a damaged one is a ``ValueError`` naming the file and what is
+    wrong."""
+    path = Path(out) / SETTINGS
+    try:
+        saved = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{str(path)!r} is damaged: not JSON ({error})") from None
+    missing = [key for key in ("settings", "model_config", "classes")
+               if not isinstance(saved, dict) or key not in saved]
+    if missing or not isinstance(saved["settings"], dict) or "model" not in saved["settings"]:
+        what = ", ".join(missing) if missing else "settings.model"
+        raise ValueError(f"{str(path)!r} is damaged: it lacks {what} (the trainer writes them "
+                         f"all at the start of a run)")
+    return saved
 
 
 def save_weights(out: Path, name: str, model, classes: list[str]) -> None:
@@ -209,15 +235,23 @@ def write_metrics_csv(out: Path, history: list[dict]) -> None:
 
 def selected_checkpoint(out: Path) -> Path:
     """The checkpoint file the run selected (``--select``: ``best.safetensors`` or
-    ``checkpoint.safetensors``); a ``ValueError`` if the folder holds none."""
+    ``checkpoint.safetensors``, as settings.json says; without settings.json, the best if it is
+    there); a ``ValueError`` if the folder holds none, or if the selected one is missing (the
+    other is never taken instead: it holds another epoch)."""
     out = Path(out)
-    select = "best"
     if (out / SETTINGS).exists():
         select = read_settings(out)["settings"].get("select", "best")
-    order = (BEST, CHECKPOINT) if select == "best" else (CHECKPOINT, BEST)
-    for name in order:
-        if (out / name).is_file():
-            return out / name
+        chosen, other = (BEST, CHECKPOINT) if select == "best" else (CHECKPOINT, BEST)
+        if (out / chosen).is_file():
+            return out / chosen
+        if (out / other).is_file():
+            raise ValueError(f"run folder {str(out)!r} selects {chosen} (--select {select}), "
+                             f"which is missing; {other} holds another epoch: pass "
+                             f"{str(out / other)!r} to use it")
+    else:
+        for name in (BEST, CHECKPOINT):
+            if (out / name).is_file():
+                return out / name
     raise ValueError(f"run folder {str(out)!r} holds no checkpoint ({BEST} or {CHECKPOINT}): "
                      f"has its first epoch finished?")
 
@@ -225,7 +259,8 @@ def selected_checkpoint(out: Path) -> Path:
 def load_model(path, device="cpu"):
     """The trained model of a run folder (its selected checkpoint) or of a checkpoint file
     alone, in eval mode, with ``model.class_names``: the model's name, config and class names
-    come from the file's metadata (``save_checkpoint``), or from the run's settings.json.
+    come from the file's metadata (``save_checkpoint``), or from the run's settings.json.  Class
+    names that do not match the model's head are a ``CheckpointError`` naming the file.
 
         model = load_model("runs/pets")                     # or "runs/pets/best.safetensors"
     """
@@ -238,18 +273,52 @@ def load_model(path, device="cpu"):
     if info["model_name"] is None and (path.parent / SETTINGS).is_file():
         saved = read_settings(path.parent)
         info = {"model_name": saved["settings"]["model"],
-                "model_config": {**saved["settings"]["model_kwargs"],
-                                 "num_classes": saved["model_config"]["num_classes"]},
+                "model_config": {**saved["settings"].get("model_kwargs", {}),
+                                 "num_classes": len(saved["classes"])},
                 "class_names": info["class_names"] or saved["classes"]}
     if info["model_name"] is None:
         raise CheckpointError(f"checkpoint file {str(path)!r} does not record its model (no "
                               f"'model_name' in its metadata: it was not saved by "
                               f"vit_scratch.save_checkpoint from a model of create_model); "
                               f"build the model yourself and use vit_scratch.load_checkpoint")
-    model = create_model(info["model_name"], **info["model_config"])
+    try:
+        model = create_model(info["model_name"], **info["model_config"])
+    except (ValueError, TypeError) as error:
+        raise CheckpointError(f"checkpoint file {str(path)!r}: its metadata does not describe "
+                              f"a model ({error})") from None
     load_checkpoint(model, path)
-    model.class_names = info["class_names"] or [str(c) for c in range(model.num_classes)]
+    names = info["class_names"] or [str(c) for c in range(model.num_classes)]
+    if len(names) != model.num_classes or not all(isinstance(n, str) for n in names):
+        raise CheckpointError(f"checkpoint file {str(path)!r}: its metadata lists "
+                              f"{len(names)} class names for a head of {model.num_classes} "
+                              f"classes ({names[:12]})")
+    model.class_names = list(names)
     return model.to(device).eval()
+
+
+def settings_mismatch(checkpoint: Path, folder: Path) -> str | None:
+    """A warning when the checkpoint file in a run folder is not of the model the run's
+    settings.json trained (a file copied from another run), naming both; ``None`` when they
+    agree or there is nothing to compare."""
+    if not (folder / SETTINGS).is_file():
+        return None
+    info = read_model_info(checkpoint)
+    if info["model_name"] is None:
+        return None
+    saved = read_settings(folder)
+    name, config = saved["settings"]["model"], saved["model_config"]
+    if info["model_name"] == name and (info["model_config"] is None or json.dumps(
+            info["model_config"], sort_keys=True) == json.dumps(config, sort_keys=True)):
+        return None
+    differ = ""
+    if info["model_name"] == name and info["model_config"]:
+        own = json.loads(json.dumps(info["model_config"]))  # as settings.json has it
+        fields = [f"{k}={own.get(k)!r} instead of {v!r}" for k, v in config.items()
+                  if own.get(k) != v]
+        differ = f" ({'; '.join(fields[:4])})"
+    return (f"{str(checkpoint)!r} holds a {info['model_name']}, but the run in {str(folder)!r} "
+            f"trained a {name}{differ} (settings.json): using the file's own model, "
+            f"{info['model_name']}")
 
 
 def open_run(run, device="cpu"):
@@ -261,15 +330,62 @@ def open_run(run, device="cpu"):
     if not run.exists():
         raise ValueError(f"{str(run)!r}: no such run folder or checkpoint file")
     checkpoint = selected_checkpoint(run) if run.is_dir() else run
-    return load_model(checkpoint, device), checkpoint, (run if run.is_dir() else run.parent)
+    folder = run if run.is_dir() else run.parent
+    model = load_model(checkpoint, device)
+    mismatch = settings_mismatch(checkpoint, folder)
+    if mismatch:
+        warnings.warn(mismatch, stacklevel=2)
+    return model, checkpoint, folder
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """The commands' help: ``(default: ...)`` after each option, except where the help text
+    says its default itself (or there is none)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default is None or "default:" in text or "default " in text:
+            return action.help
+        return super()._get_help_string(action)
+
+
+#: The errors a command reports in one line, without a traceback: bad data, a bad checkpoint,
+#: a missing file or folder, a missing optional package (its message names the extra).
+RUNTIME_ERRORS = (ValueError, CheckpointError, OSError, ImportError)
+
+
+def one_line(error: BaseException) -> str:
+    """The message of ``error`` on one line (``OSError``s name their file)."""
+    text = str(error) or type(error).__name__
+    if isinstance(error, OSError) and error.filename and str(error.filename) not in text:
+        text = f"{text}: {error.filename}"
+    return " ".join(text.split())
+
+
+@contextmanager
+def command_warnings(prog: str):
+    """Inside a command: each warning printed as one line, ``PROG: warning: ...``, on stderr
+    (not Python's ``file:line: UserWarning`` form)."""
+    import sys
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"{prog}: warning: {one_line(message)}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 def run_command(parser, argv, command):
     """A command that reads a run (``evaluate``, ``predict``): ``command(args)`` on the parsed
-    ``argv``; bad input gives its usage and the one-line message (``parser.error``, exit status
-    2), not a traceback."""
+    ``argv``.  An argument error prints the usage and the message (argparse's own); a runtime
+    error one line, ``PROG: error: ...``; both exit with status 2, without a traceback."""
+    import sys
+
     args = parser.parse_args(argv)
     try:
-        return command(args)
-    except (ValueError, CheckpointError) as error:
-        parser.error(str(error))
+        with command_warnings(parser.prog):
+            return command(args)
+    except RUNTIME_ERRORS as error:
+        print(f"{parser.prog}: error: {one_line(error)}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -25,9 +25,9 @@ the fields' help texts -- and the trainer's public names.  The trainer itself is
 Which is which: the recipe, the schedule (``vit_scratch.schedule.lr_at``, which PyTorch's
 schedulers follow in the PyTorch backend, tested equal) and the affine augmentation are written by
 hand, to be read; the infrastructure comes from the libraries of its field --
-``torch.utils.data`` (loaders, ``DistributedSampler``), ``torch.distributed`` and
-``DistributedDataParallel``, ``torch.optim`` (AdamW, its schedulers), torchvision's
-``ImageFolder`` and transforms v2, scikit-learn's stratified split and metrics, tqdm, matplotlib.
+``torch.utils.data`` (loaders), ``torch.distributed`` and ``DistributedDataParallel``,
+``torch.optim`` (AdamW, its schedulers), torchvision's ``ImageFolder`` and transforms v2,
+scikit-learn's stratified split, metrics and linear baseline, tqdm, matplotlib.
 """
 from __future__ import annotations
 
@@ -39,40 +39,31 @@ if __name__ == "__main__":  # the command line: set before PyTorch starts its Op
 import argparse
 import sys
 import typing
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 
 from . import run_folder
-from .checkpoint_checks import CheckpointError
 from .distributed import world_from_env
-from .run_folder import STATE
+from .run_folder import RUNTIME_ERRORS, STATE, command_warnings, one_line
 from .training.loop import class_names, init_from, train, train_epoch
 from .training.progress import RunProgress
-from .training.recipe import (Step, count_params, epoch_seeds, evaluate, evaluate_everywhere,
+from .training.recipe import (Step, count_params, epoch_seed, evaluate, evaluate_everywhere,
                               lr_schedule, objective, param_groups, train_step)
 from .training.runners import RUNNERS, NumpyRunner, TorchRunner
-from .training.settings import (TrainSettings, auto_threads, build_model, check_numpy_backend,
-                                check_pretrained, check_settings, default_out, parse_model_arg,
+from .training.settings import (RECIPES, SettingsError, TrainSettings, auto_threads,
+                                build_model, check_numpy_backend, check_pretrained,
+                                check_settings, default_out, parse_model_arg, recipe_settings,
                                 resolve_device, resolve_precision, warmup_epochs)
 
 __all__ = [
-    "RUNNERS", "NumpyRunner", "RunProgress", "Step", "TorchRunner", "TrainSettings",
+    "RECIPES", "RUNNERS", "NumpyRunner", "RunProgress", "SettingsError", "Step", "TorchRunner",
+    "TrainSettings", "recipe_settings",
     "auto_threads", "build_model", "build_parser", "check_numpy_backend", "check_pretrained",
-    "check_settings", "class_names", "count_params", "default_out", "epoch_seeds", "evaluate",
+    "check_settings", "class_names", "count_params", "default_out", "epoch_seed", "evaluate",
     "evaluate_everywhere", "init_from", "lr_schedule", "main", "objective",
     "param_groups", "parse_model_arg", "resolve_device", "resolve_precision",
     "settings_from_args", "train", "train_epoch", "train_step", "warmup_epochs",
 ]
-
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows ``(default: ...)`` after each option, except where the help text says it itself."""
-
-    def _get_help_string(self, action):
-        if action.default is None or "default:" in (action.help or "") or \
-                "default " in (action.help or ""):
-            return action.help
-        return super()._get_help_string(action)
 
 
 def build_parser(show_defaults: bool = True) -> argparse.ArgumentParser:
@@ -88,7 +79,7 @@ def build_parser(show_defaults: bool = True) -> argparse.ArgumentParser:
                     "and curves.png.  Under torchrun, several processes share each batch.",
         epilog="Example: python -m vit_scratch.train --model coat_lite_digits --data digits "
                "--epochs 16 --out runs/coat_lite_digits\n",
-        formatter_class=_HelpFormatter,
+        formatter_class=run_folder.HelpFormatter,
         argument_default=None if show_defaults else argparse.SUPPRESS)
     types = typing.get_type_hints(TrainSettings)
     defaults = TrainSettings()
@@ -111,6 +102,11 @@ def build_parser(show_defaults: bool = True) -> argparse.ArgumentParser:
                          or types[f.name] is t), str)
             parser.add_argument(flag, dest=f.name, type=kind, metavar=meta["metavar"],
                                 choices=meta["choices"], help=meta["help"], **default(value))
+    parser.add_argument("--recipe", choices=tuple(RECIPES), metavar="NAME",
+                        help="start from the named settings instead of the defaults (the "
+                             "options given override them): " + "; ".join(
+                                 f"'{name}': {recipe_text(name)}" for name in RECIPES),
+                        **default("digits"))
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out from its last saved epoch (options not "
                              "given again are taken from the run); with --epochs N, extend a "
@@ -121,15 +117,33 @@ def build_parser(show_defaults: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
+def recipe_text(name: str) -> str:
+    """What the recipe ``name`` changes, as options."""
+    changes = RECIPES[name]
+    if not changes:
+        return "the defaults (scikit-learn's digits)"
+    parts = []
+    for key, value in changes.items():
+        if key == "model_kwargs":
+            parts += [f"--model-arg {k}={v}" for k, v in value.items()]
+        else:
+            parts.append(f"--{key.replace('_', '-')} {value}")
+    return " ".join(parts)
+
+
 def settings_from_args(argv) -> tuple[TrainSettings, bool, bool]:
-    """argv -> (TrainSettings, resume, overwrite).  With ``--resume``, options not given are
-    taken from the run in ``--out``."""
+    """argv -> (TrainSettings, resume, overwrite).  ``--recipe NAME`` starts from that recipe's
+    settings (:func:`recipe_settings`); the options given override them.  With ``--resume``,
+    options not given are taken from the run in ``--out``."""
     args = vars(build_parser().parse_args(argv))
     given = vars(build_parser(show_defaults=False).parse_args(argv))  # only what was typed
-    resume, overwrite = args.pop("resume"), args.pop("overwrite")
+    resume, overwrite, recipe = args.pop("resume"), args.pop("overwrite"), args.pop("recipe")
+    given.pop("recipe", None)
     for parsed in (args, given):
         if "model_kwargs" in parsed:
             parsed["model_kwargs"] = dict(parsed["model_kwargs"])
+    args = asdict(recipe_settings(recipe, **{k: v for k, v in given.items()
+                                            if k not in ("resume", "overwrite")}))
     if args["out"] is None:
         args["out"] = default_out(TrainSettings(**args))
     if resume:
@@ -143,17 +157,25 @@ def settings_from_args(argv) -> tuple[TrainSettings, bool, bool]:
 
 
 def main(argv=None) -> dict:
+    """The command: an argument error (argparse's, or a setting ``check_settings`` refuses)
+    prints the usage and the message; a runtime error (the data, the model, a checkpoint, the
+    run folder, a missing file or package) prints one line; both exit with status 2."""
     parser = build_parser()
     world = world_from_env()
     out = None
     try:
         settings, resume, overwrite = settings_from_args(argv)
         out = settings.out
-        return train(settings, resume=resume, overwrite=overwrite)
-    except (ValueError, CheckpointError) as error:
+        with command_warnings(parser.prog):
+            return train(settings, resume=resume, overwrite=overwrite)
+    except SettingsError as error:
         if not world.main:  # rank 0 says it
             raise SystemExit(2) from None
         parser.error(str(error))  # usage + the message, exit status 2
+    except RUNTIME_ERRORS as error:
+        if world.main:
+            print(f"{parser.prog}: error: {one_line(error)}", file=sys.stderr)
+        raise SystemExit(2) from None
     except FloatingPointError as error:  # a loss or gradient that is not finite (NumPy backend)
         if world.main:
             print(f"error: {error}; the run folder keeps the last finished epoch", file=sys.stderr)

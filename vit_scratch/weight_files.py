@@ -12,6 +12,7 @@ with the messages of ``vit_scratch.checkpoint_checks``).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pickletools
 import re
@@ -31,9 +32,29 @@ WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 #: Metadata key under which ``save_checkpoint`` records the patch grid of the position embedding.
 GRID_METADATA_KEY = "pos_embed_grid"
 #: Metadata keys under which ``save_checkpoint`` records what it takes to use a model file alone:
-#: the registered name, the config's fields (a Python literal: tuples and int dict keys survive),
-#: the preprocessing (``pretrained_cfg``, JSON) and the class names (JSON list).
+#: the registered name, the config's fields, the preprocessing (``pretrained_cfg``) and the
+#: class names, each as JSON (:func:`config_to_json`).
 MODEL_INFO_KEYS = ("model_name", "model_config", "pretrained_cfg", "class_names")
+
+
+def config_to_json(config: dict) -> str:
+    """A config's fields as JSON: tuples become lists, and the integer keys of a dict (CoaT's
+    ``crpe_window``, ``{window: heads}``) strings, as JSON has them; :func:`config_from_json`
+    turns them back."""
+    return json.dumps(config)
+
+
+def _int_keys(value):
+    if isinstance(value, dict):
+        return {int(k) if isinstance(k, str) and re.fullmatch(r"-?\d+", k) else k: _int_keys(v)
+                for k, v in value.items()}
+    return value
+
+
+def config_from_json(text: str) -> dict:
+    """:func:`config_to_json` read back: keys that are whole numbers become ints again (a
+    config's lists stand for its tuples: the configs take either)."""
+    return {k: _int_keys(v) for k, v in json.loads(text).items()}
 
 
 def _describe_path(path: Path) -> str:
@@ -165,8 +186,12 @@ def read_metadata(path) -> dict[str, str]:
         return {}
     from safetensors import safe_open
 
-    with safe_open(str(path), framework="pt") as f:
-        return dict(f.metadata() or {})
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except Exception as err:  # noqa: BLE001 -- safetensors' own error type
+        raise CheckpointError(f"checkpoint file {_describe_path(Path(path))} is a damaged "
+                              f"safetensors file ({err})") from None
 
 
 def read_model_info(path) -> dict:
@@ -174,10 +199,8 @@ def read_model_info(path) -> dict:
     ``{"model_name": str, "model_config": dict, "pretrained_cfg": dict, "class_names": list}``,
     each ``None`` where the file does not record it (other formats record nothing).
     ``vit_scratch.create_model(info["model_name"], **info["model_config"])`` rebuilds the
-    model the weights belong to."""
-    import ast
-    import json
-
+    model the weights belong to.  (A ``model_config`` recorded as a Python literal, the
+    ``repr`` of a dict, reads too.)"""
     metadata = read_metadata(path)
     info = dict.fromkeys(MODEL_INFO_KEYS)
     for key in MODEL_INFO_KEYS:
@@ -185,12 +208,30 @@ def read_model_info(path) -> dict:
         if text is None:
             continue
         try:
-            info[key] = (text if key == "model_name" else
-                         ast.literal_eval(text) if key == "model_config" else json.loads(text))
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            if key == "model_name":
+                info[key] = text
+            elif key == "model_config":
+                info[key] = _read_config(text)
+            else:
+                info[key] = json.loads(text)
+            wanted = {"model_config": dict, "pretrained_cfg": dict, "class_names": list}
+            if key in wanted and not isinstance(info[key], wanted[key]):
+                raise ValueError(key)
+        except (ValueError, SyntaxError, TypeError, AttributeError, MemoryError,
+                RecursionError):
             raise CheckpointError(f"checkpoint file {_describe_path(Path(path))}: its metadata "
                                   f"{key!r} is damaged ({text[:80]!r})") from None
     return info
+
+
+def _read_config(text: str) -> dict:
+    """A recorded config: JSON, or a Python literal (``repr`` of a dict)."""
+    import ast
+
+    try:
+        return config_from_json(text)
+    except ValueError:  # json.JSONDecodeError is a ValueError
+        return ast.literal_eval(text)
 
 
 def read_state_dict(path) -> dict[str, torch.Tensor]:

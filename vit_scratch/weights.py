@@ -36,13 +36,14 @@ from torch import nn
 from . import checkpoint_checks, models, validation
 from .checkpoint_checks import CheckpointError, UnsafeCheckpointError
 from .weight_files import (GRID_METADATA_KEY, SAFETENSORS_SUFFIXES, TORCH_SUFFIXES,
-                           checkpoint_format, read_metadata, read_model_info, read_state_dict,
-                           recorded_grid, strip_wrapper_prefixes, unwrap_state_dict)
+                           checkpoint_format, config_to_json, read_metadata, read_model_info,
+                           read_state_dict, recorded_grid, strip_wrapper_prefixes,
+                           unwrap_state_dict)
 
 __all__ = ["CheckpointError", "UnsafeCheckpointError", "checkpoint_format", "load_checkpoint",
            "load_pretrained", "randomize_weights_", "read_metadata", "read_model_info",
            "read_state_dict", "save_checkpoint", "shared_keys", "state_dict_to_numpy",
-           "unwrap_model", "unwrap_state_dict"]
+           "timm_kwargs", "unwrap_model", "unwrap_state_dict"]
 
 def unwrap_model(model: nn.Module) -> nn.Module:
     """The module inside ``torch.compile`` (``_orig_mod``) and DataParallel/DDP (``module``)
@@ -279,7 +280,8 @@ def _metadata(model, class_names) -> dict[str, str]:
     if isinstance(pretrained_cfg, dict) and "architecture" in pretrained_cfg \
             and dataclasses.is_dataclass(cfg):
         metadata["model_name"] = str(pretrained_cfg["architecture"])
-        metadata["model_config"] = repr(dataclasses.asdict(cfg))
+        metadata["model_config"] = config_to_json(
+            {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
         metadata["pretrained_cfg"] = json.dumps(pretrained_cfg)
     if class_names is not None:
         names = list(class_names)
@@ -289,6 +291,34 @@ def _metadata(model, class_names) -> dict[str, str]:
                              f"model), got {names!r}")
         metadata["class_names"] = json.dumps(names)
     return metadata
+
+
+def timm_kwargs(path) -> dict:
+    """The keyword arguments that build, in timm, the model a checkpoint file of ours holds, and
+    load the file into it::
+
+        model = timm.create_model(**vit_scratch.timm_kwargs("runs/pets/best.safetensors"))
+
+    ``model_name`` (the file's registered name, or for a name of ours alone -- the
+    ``*_digits`` configs -- a timm name of the same family, every field then given),
+    ``checkpoint_path`` and every field of the recorded config that timm's model class takes
+    (``ConfigMixin.timm_kwargs``).  Fields timm does not take must hold timm's behaviour
+    (CaiT's ``class_token_in_keys=True``, CoaT's ``parallel_mode="interpolation"``); otherwise
+    timm has no such model, and a ``ValueError`` says so.  ``CheckpointError`` for a file that
+    records no model (not written by ``save_checkpoint`` from a model of ``create_model``)."""
+    info = read_model_info(path)
+    if info["model_name"] is None or info["model_config"] is None:
+        raise CheckpointError(f"checkpoint file {str(path)!r} does not record its model (no "
+                              f"'model_name' and 'model_config' in its metadata): timm_kwargs "
+                              f"needs a file that vit_scratch.save_checkpoint wrote from a model "
+                              f"of create_model")
+    name = info["model_name"]
+    cfg = models.get_config(name, **info["model_config"])
+    try:
+        kwargs = cfg.timm_kwargs()
+    except ValueError as error:
+        raise ValueError(f"checkpoint file {str(path)!r} ({name}): {error}") from None
+    return {"model_name": models.timm_name(name), "checkpoint_path": str(path), **kwargs}
 
 
 def state_dict_to_numpy(state_dict: dict, dtype=None) -> dict[str, np.ndarray]:

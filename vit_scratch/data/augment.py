@@ -1,5 +1,8 @@
-"""Augmentation: the random affine of a batch (written by hand), and the photo augmentations of
-a folder's pictures (torchvision's transforms v2, infrastructure) in :class:`ModelTransform`.
+"""Augmentation: the random affine of a batch (written by hand), the photo augmentations of
+a folder's pictures (torchvision's transforms v2, infrastructure) in :class:`ModelTransform`,
+and the seeds of both, drawn for each picture from ``(seed, epoch, index)`` -- never from the
+process that loads it, so that a run under torchrun augments every picture as one process does
+(:class:`SeededSamples`, :func:`affine_draws`).
 """
 from __future__ import annotations
 
@@ -68,19 +71,23 @@ def _transforms_v2():
                                                 "--color-jitter)")
 
 
-def random_affine(images, rotate: float, translate: float, scale: float, gen):
+def random_affine(images, rotate: float, translate: float, scale: float, gen=None, draws=None):
     """Rotate by U(-rotate, rotate) degrees, zoom by U(1 - scale, 1 + scale) and shift by
     U(-translate, translate) of the image side, one draw per image; bilinear, edges repeated.
 
     images (B, C, H, W) tensor -> (B, C, H, W).  The random numbers come from ``gen`` (a
-    ``torch.Generator`` on the CPU, so a run is the same on every device).  Written by hand:
-    a batched affine resampling is two lines of PyTorch (``affine``)."""
+    ``torch.Generator`` on the CPU, so a run is the same on every device), or are given:
+    ``draws`` (B, 4), uniform in [0, 1), one row per image (the trainer's: :func:`affine_draws`,
+    seeded by each image's index).  Written by hand: a batched affine resampling is two lines of
+    PyTorch (``affine``)."""
     import torch
 
     if rotate == 0 and translate == 0 and scale == 0:
         return images
     B = images.shape[0]
-    u = torch.rand(B, 4, generator=gen, dtype=torch.float32) * 2 - 1  # (B, 4) in [-1, 1)
+    if draws is None:
+        draws = torch.rand(B, 4, generator=gen, dtype=torch.float32)
+    u = torch.as_tensor(draws, dtype=torch.float32) * 2 - 1  # (B, 4) in [-1, 1)
     angle = u[:, 0] * math.radians(rotate)
     zoom = 1 + u[:, 1] * scale
     shift = u[:, 2:] * translate * 2  # affine_grid's coordinates span 2 per image side
@@ -98,3 +105,43 @@ def affine(images, theta):
     grid = F.affine_grid(theta, list(images.shape), align_corners=False)
     return F.grid_sample(images, grid, mode="bilinear", padding_mode="border",
                          align_corners=False)
+
+
+def sample_rng(seed: int, epoch: int, index: int, stream: int) -> np.random.Generator:
+    """The random stream ``stream`` of one picture in one epoch: NumPy's generator seeded by
+    ``SeedSequence([seed, epoch, index, stream])`` (0: the picture's transforms, 1: the batch
+    affine)."""
+    return np.random.default_rng([seed, epoch, index, stream])
+
+
+def affine_draws(seed: int, epoch: int, indices) -> np.ndarray:
+    """The ``draws`` of :func:`random_affine` for the pictures ``indices`` of a batch: (B, 4)
+    float32, each row from the picture's own stream."""
+    return np.stack([sample_rng(seed, epoch, int(i), 1).random(4, dtype=np.float32)
+                     for i in np.asarray(indices).ravel()]) if len(indices) else \
+        np.zeros((0, 4), np.float32)
+
+
+class SeededSamples:
+    """A training dataset of ``(image, label)`` read by key ``(epoch, index, counted)`` (the
+    keys ``vit_scratch.distributed.BatchShares`` yields): returns ``(image, label, index,
+    counted)``, the picture's transforms (``ModelTransform``'s random crop, flip and jitter,
+    which draw from PyTorch's global generator) seeded by ``(seed, epoch, index)`` inside a
+    forked generator.  Any process -- a DataLoader worker, a torchrun rank -- then augments a
+    picture the same way.  Plain attributes, so it pickles for ``spawn`` workers."""
+
+    def __init__(self, dataset, seed: int):
+        self.dataset, self.seed = dataset, seed
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key):
+        import torch
+
+        epoch, index, counted = key
+        stream = sample_rng(self.seed, epoch, index, 0)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(stream.integers(2 ** 63)))
+            image, label = self.dataset[index]
+        return image, label, index, counted

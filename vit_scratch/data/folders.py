@@ -102,6 +102,26 @@ def _with_transform(folder, transform):
     return other
 
 
+def plain_pictures(dataset):
+    """The same items without the photo augmentation a training split reads them through (a
+    folder's ``ModelTransform`` with ``flip``, ``crop_scale`` or ``color_jitter``): what the
+    trainer's linear baseline fits.  Any other dataset is returned as it is."""
+    from torch.utils.data import Subset
+
+    if isinstance(dataset, Subset):
+        inner = plain_pictures(dataset.dataset)
+        if inner is dataset.dataset:
+            return dataset
+        plain = Subset(inner, dataset.indices)
+        if hasattr(dataset, "classes"):
+            plain.classes = dataset.classes
+        return plain
+    transform = getattr(dataset, "transform", None)
+    if isinstance(transform, ModelTransform) and transform.augments:
+        return _with_transform(dataset, ModelTransform(transform.pretrained_cfg))
+    return dataset
+
+
 def image_folder(root, model, bad_images: str = "error"):
     """Every picture of ``root`` (one subfolder per class) as one dataset, shaped for ``model``
     by :func:`preprocess` (no split, no augmentation): what ``python -m vit_scratch.evaluate

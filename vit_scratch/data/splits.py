@@ -72,10 +72,14 @@ def validation_indices(labels, val_fraction: float, seed: int = 0,
     try:
         train, val = train_test_split(index, test_size=val_fraction, stratify=labels,
                                       random_state=seed)
-    except ValueError as error:  # e.g. fewer validation items than classes
-        raise ValueError(f"--val-fraction {val_fraction} of {len(labels)} training pictures in "
-                         f"{len(present)} classes cannot hold every class ({error}); raise "
-                         f"--val-fraction") from None
+    except ValueError as error:  # fewer validation (or training) items than classes
+        n_val = int(np.ceil(val_fraction * len(labels)))
+        short, advice = (("training", "lower") if len(labels) - n_val < len(present) else
+                         ("validation", "raise"))
+        raise ValueError(f"--val-fraction {val_fraction} of {len(labels)} training pictures "
+                         f"leaves {n_val} for validation and {len(labels) - n_val} for "
+                         f"training: too few {short} pictures for the {len(present)} classes "
+                         f"({error}); {advice} --val-fraction") from None
     for part, what in ((val, "validation"), (train, "training")):
         missing = sorted(set(present.tolist()) - set(labels[part].tolist()))
         if missing:

@@ -76,6 +76,25 @@ class ConfigMixin:
     def replace(self, **changes):
         return dataclasses.replace(self, **validation.check_fields(type(self), changes))
 
+    #: Fields of ours that timm's model class does not take, each with the value that is
+    #: timm's behaviour (a family lists its own; see :meth:`timm_kwargs`).
+    BEHAVIOUR_IN_TIMM: dict = {}
+
+    def timm_kwargs(self) -> dict:
+        """The config as keyword arguments of timm's model class, which ``timm.create_model``
+        passes on: every field, except those timm's class does not take (``BEHAVIOUR_IN_TIMM``).
+        Those must hold timm's behaviour; otherwise timm has no such model, and this is a
+        ``ValueError`` that says so."""
+        kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for name, timm_value in self.BEHAVIOUR_IN_TIMM.items():
+            value = kwargs.pop(name)
+            if value != timm_value:
+                raise ValueError(
+                    f"{name}={value!r}: timm has no such model (timm's "
+                    f"{type(self).__name__.removesuffix('Config')} always behaves as "
+                    f"{name}={timm_value!r}, and takes no {name} argument)")
+        return kwargs
+
     @property
     def feature_info(self) -> list[dict]:
         """timm's ``feature_info`` of the models: the maps ``forward_intermediates`` returns

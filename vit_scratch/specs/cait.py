@@ -107,6 +107,13 @@ class CaitConfig(PatchGridMixin, ConfigMixin):
         for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
             validation.check_probability(getattr(self, name), name)
 
+    BEHAVIOUR_IN_TIMM = {"class_token_in_keys": True}  # timm's class attention reads it too
+
+    def timm_kwargs(self) -> dict:
+        """:meth:`ConfigMixin.timm_kwargs`, with ``init_values`` resolved (timm's class takes a
+        number, not the depth rule)."""
+        return {**super().timm_kwargs(), "init_values": self.layer_scale_init}
+
     @property
     def layer_scale_init(self) -> float:
         """The ε every LayerScale vector starts at: ``init_values``, or the paper's rule."""

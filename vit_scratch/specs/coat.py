@@ -117,6 +117,21 @@ class CoaTConfig(ConfigMixin):
         set_("img_size", validation.check_divisible(self.img_size, self.total_stride, "img_size",
                                                 self.stride_detail))
 
+    BEHAVIOUR_IN_TIMM = {"parallel_mode": "interpolation"}  # timm's parallel blocks interpolate
+    PATCH_SIZE_IN_TIMM = 4  # timm's CoaT sizes the patch embeddings of scales 2-4 for this one
+
+    def timm_kwargs(self) -> dict:
+        """:meth:`ConfigMixin.timm_kwargs`; CoaT-Lite has no parallel blocks, so its
+        ``parallel_mode`` changes nothing and is left out whatever it holds.  timm's CoaT
+        expects scales 2-4 at a quarter, an eighth and a sixteenth of the image (a first patch
+        of 4): another ``patch_size`` is a ``ValueError`` (timm has no such model)."""
+        if self.patch_size != self.PATCH_SIZE_IN_TIMM:
+            raise ValueError(f"patch_size={self.patch_size}: timm has no such model (timm's CoaT "
+                             f"sizes scales 2-4 for a first patch of {self.PATCH_SIZE_IN_TIMM})")
+        if self.is_lite:
+            return ConfigMixin.timm_kwargs(self.replace(parallel_mode="interpolation"))
+        return super().timm_kwargs()
+
     def __hash__(self):  # crpe_window is a dict; hash its items in order
         return hash(tuple((k, tuple(v.items()) if isinstance(v, dict) else v)
                           for k, v in self.__dict__.items()))

@@ -30,13 +30,16 @@ import torch
 
 from .. import distributed, run_folder
 from ..checkpoint_checks import CheckpointError
-from ..data import ModelTransform, data_classes, make_datasets, random_affine, validation_split
+from ..data import (ModelTransform, SeededSamples, affine_draws, data_classes, dataset_labels,
+                    make_datasets, plain_pictures, random_affine, validation_split)
 from ..run_folder import CURVES, METRICS
 from ..weights import load_pretrained
 from .progress import RunProgress
-from .recipe import count_params, epoch_seeds
+from . import yardsticks
+from .recipe import count_params, epoch_seed
 from .runners import RUNNERS
-from .settings import TrainSettings, auto_threads, build_model, check_settings
+from .settings import (SettingsError, TrainSettings, auto_threads, build_model,
+                       check_settings)
 
 
 def train(settings: TrainSettings, resume: bool = False, overwrite: bool = False, log=print,
@@ -60,7 +63,12 @@ def train(settings: TrainSettings, resume: bool = False, overwrite: bool = False
     Under ``torchrun`` (``vit_scratch.distributed``) every process calls this: they join the
     process group, and rank 0 alone logs and writes."""
     world = distributed.world_from_env()
-    check_settings(settings, own_data=datasets is not None, world=world)
+    try:
+        check_settings(settings, own_data=datasets is not None, world=world)
+    except SettingsError:
+        raise
+    except ValueError as error:
+        raise SettingsError(str(error)) from None
     device = distributed.device_for(world, RUNNERS[settings.backend].compute_device(settings))
     joined = distributed.join(world, device)
     try:
@@ -74,16 +82,17 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
     # --- set-up: the run folder, the model, the data, the runner (optimiser and schedule)
     out, state = _open_run_folder(settings, resume, overwrite, world, device)
     torch.set_num_threads(settings.threads or auto_threads(world))
-    model, classes = _model_for_the_data(settings, datasets, state, out)
-    run = RunProgress.start(state, settings, out, world, device, log)
+    model, classes = _model_for_the_data(settings, datasets, state, out, log)
     train_set, val_set, test_set = _datasets(settings, model, datasets)
-    share = settings.batch_size // world.size  # each process's part of a batch
-    sampler = distributed.train_sampler(train_set, world, settings.seed)
+    run = RunProgress.start(state, settings, out, world, device, log)
+    batches = distributed.BatchShares(len(train_set), settings.batch_size, world, settings.seed)
+    workers = dict(num_workers=settings.workers, persistent_workers=settings.workers > 0)
     train_loader = torch.utils.data.DataLoader(
-        train_set, batch_size=share, sampler=sampler, num_workers=settings.workers,
-        pin_memory=device.type == "cuda")
+        SeededSamples(train_set, settings.seed), batch_sampler=batches,
+        pin_memory=device.type == "cuda", **workers)
+    share = settings.batch_size // world.size  # each process's part of a batch
     val_loader, test_loader = (torch.utils.data.DataLoader(
-        distributed.shard(d, world), batch_size=max(256, share), num_workers=settings.workers)
+        distributed.shard(d, world), batch_size=max(256, share), **workers)
         for d in (val_set, test_set))
     model.to(device)
     runner = RUNNERS[settings.backend](model, settings, len(train_loader), state, world, device,
@@ -93,36 +102,49 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
     log(f"{settings.model}: {count_params(model):,} parameters, {len(train_set)} train / "
         f"{len(val_set)} validation / {len(test_set)} test images of "
         f"{tuple(model.pretrained_cfg['input_size'])}, {len(classes)} classes, "
-        f"{settings.epochs} epochs on {device}"
+        f"{plural(settings.epochs, 'epoch')} on {device}"
         f"{f' × {world.size} processes' if world.size > 1 else ''}"
         f"{' (bf16 autocast)' if runner.autocast_dtype is not None else ''}"
-        f"{runner.label}, {torch.get_num_threads()} thread(s)")
+        f"{runner.label}, {plural(torch.get_num_threads(), 'thread')}")
+    level = yardsticks.chance(dataset_labels(train_set), len(classes))
+    baseline = None
+    if settings.baseline == "linear" and world.main:
+        baseline = yardsticks.linear_baseline(plain_pictures(train_set), val_set, test_set)
+        log(f"linear baseline (logistic regression on the pixels): validation "
+            f"{baseline['val_accuracy']:.4f}, test {baseline['test_accuracy']:.4f} "
+            f"({baseline['seconds']:.1f} s); chance {level:.4f}")
 
     # --- the epochs: train, validate, keep the best, save
     show_bar = world.main and (settings.progress == "on" or (
         settings.progress == "auto" and sys.stderr.isatty()))
-    first_epoch = run.epoch
+    first_epoch, notes = run.epoch, []
     for epoch in range(first_epoch, settings.epochs):
         if run.out_of_patience(settings.patience):
-            log(f"stopping early: no better validation accuracy for {settings.patience} epochs")
+            notes.append(f"stopped early after {plural(run.epoch, 'epoch')}: no better "
+                         f"validation accuracy for {plural(settings.patience, 'epoch')}")
+            log(notes[-1])
             break
         if not settings.threads and epoch > first_epoch:  # the machine got busier or quieter
             torch.set_num_threads(auto_threads(world, own=torch.get_num_threads()))
         wall0, cpu0 = time.perf_counter(), time.process_time()
-        sampler.set_epoch(epoch)
+        batches.set_epoch(epoch)
         record = train_epoch(runner, _progress(train_loader, epoch, settings.epochs, show_bar),
-                             settings, epoch, world, device)
+                             settings, epoch, world, device, len(train_set))
         val = runner.evaluate(val_loader)
         record.update(val_loss=val["loss"], val_accuracy=val["accuracy"])
         runner.push(model)  # the weights that are kept and saved are the model's
-        improved = run.add(record, model, time.perf_counter() - wall0,
-                           time.process_time() - cpu0)
+        (cpu,) = distributed.sum_over_processes([time.process_time() - cpu0], device)
+        improved = run.add(record, model, time.perf_counter() - wall0, cpu)
         if out is not None and world.main:
             run.save(out, model, runner.optimizer, settings, classes, improved)
         log(f"epoch {epoch + 1:3d}/{settings.epochs}  loss {record['train_loss']:.4f}  "
             f"train acc {record['train_accuracy']:.4f}  val loss {record['val_loss']:.4f}  "
             f"val acc {record['val_accuracy']:.4f}{'  best' if improved else ''}  "
             f"({run.train_seconds:.0f} s)")
+        warning = yardsticks.not_learning(run.history, level, baseline, settings)
+        if warning:
+            notes.append(warning)
+            log(warning)
         if on_epoch_end is not None:
             on_epoch_end(epoch + 1, record)
 
@@ -136,6 +158,7 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         "select": settings.select, "selected_epoch": selected_epoch,
         "best_epoch": run.best_epoch, "best_val_accuracy": run.best_val_accuracy,
         "epochs_done": run.epoch, "stopped_early": run.epoch < settings.epochs,
+        "chance": level, "linear_baseline": baseline, "notes": notes,
         "train_seconds": run.train_seconds, "cpu_seconds": run.cpu_seconds,
         "params": count_params(model),
         "images": {"train": len(train_set), "val": len(val_set), "test": len(test_set)},
@@ -147,34 +170,49 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         run_folder.write_json(result, out / METRICS)
         run.finish(out)
         _draw_curves(run.history, out, settings, result)
-    log(f"test accuracy {test['accuracy']:.4f} ({settings.select} checkpoint: epoch "
+    beside = (f"; linear baseline {baseline['test_accuracy']:.4f}, chance {level:.4f}"
+              if baseline else f"; chance {level:.4f}")
+    log(f"test accuracy {test['accuracy']:.4f}{beside} ({settings.select} checkpoint: epoch "
         f"{selected_epoch}, validation accuracy "
-        f"{run.history[selected_epoch - 1]['val_accuracy']:.4f}) after {run.epoch} epochs "
-        f"({run.train_seconds:.1f} s wall, {run.cpu_seconds:.1f} s CPU, {device})"
+        f"{run.history[selected_epoch - 1]['val_accuracy']:.4f}) after "
+        f"{plural(run.epoch, 'epoch')} ({run.train_seconds:.1f} s wall, "
+        f"{run.cpu_seconds:.1f} s CPU in all processes, {device})"
         f"{f' -> {out}' if out is not None else ''}")
     return {**result, "model": model, "out": out}
 
 
-def train_epoch(runner, batches, settings: TrainSettings, epoch: int, world, device) -> dict:
-    """One pass over this process's share of the training data: the augmentation and a step of
-    the runner per batch; returns the epoch's record (loss, plain cross-entropy and accuracy,
-    added up over all processes, and the last learning rate).  Its random streams start from
-    ``(seed, epoch, rank)`` (``recipe.epoch_seeds``)."""
-    torch_seed, augment_seed = epoch_seeds(settings.seed, epoch, world.rank)
-    torch.manual_seed(torch_seed)  # dropout, stochastic depth, the loader's workers
-    runner.seed(torch_seed)  # the runner's own streams (the NumPy room's stochastic depth)
-    augment = torch.Generator().manual_seed(augment_seed)
+def plural(n: int, word: str) -> str:
+    """``1 epoch``, ``2 epochs``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def train_epoch(runner, batches, settings: TrainSettings, epoch: int, world, device,
+                images_in_all: int) -> dict:
+    """One pass over this process's share of the training data (``batches``: a loader over
+    ``SeededSamples`` with ``distributed.BatchShares``): the augmentation and a step of the
+    runner per batch; returns the epoch's record (loss, plain cross-entropy and accuracy, added
+    up over all processes, each image counted once, and the last learning rate).
+
+    Every picture's augmentation is seeded by ``(seed, epoch, index)``
+    (``data.affine_draws``, ``data.SeededSamples``), so any number of processes augments it the
+    same way; dropout and stochastic depth draw from PyTorch's global generator, seeded by
+    ``(seed, epoch, rank)`` (``recipe.epoch_seed``)."""
+    torch.manual_seed(epoch_seed(settings.seed, epoch, world.rank))
+    runner.seed(epoch_seed(settings.seed, epoch, world.rank))  # the NumPy room's own streams
     runner.train()
     sums = np.zeros(4)  # loss, cross-entropy (both summed over images), correct, images
-    for images, labels in batches:
+    for step_index, (images, labels, indices, counted) in enumerate(batches):
         images = images.to(device, non_blocking=True)
         labels = labels.to(device, non_blocking=True)
         images = random_affine(images, settings.rotate, settings.translate, settings.scale,
-                               augment)
+                               draws=affine_draws(settings.seed, epoch, indices))
+        batch_images = min(settings.batch_size,
+                           images_in_all - step_index * settings.batch_size)
         lr = runner.lr
-        step = runner.step(images, labels)
-        sums += (step.loss * len(labels), step.cross_entropy * len(labels), step.correct,
-                 len(labels))
+        step = runner.step(images, labels, counted.to(device),
+                           batch_images / world.size if world.size > 1 else None)
+        n = int(counted.sum())
+        sums += (step.loss * n, step.cross_entropy * n, step.correct, n)
         if hasattr(batches, "set_postfix"):  # the progress bar
             batches.set_postfix(loss=f"{step.loss:.3f}", lr=f"{lr:.2e}", refresh=False)
     loss, cross_entropy, correct, count = distributed.sum_over_processes(sums.tolist(), device)
@@ -210,10 +248,15 @@ def _open_run_folder(settings, resume, overwrite, world, device):
     return out, distributed.broadcast(state, device)
 
 
-def _model_for_the_data(settings: TrainSettings, datasets, state: dict | None, out: Path | None):
+def _model_for_the_data(settings: TrainSettings, datasets, state: dict | None, out: Path | None,
+                        log=print):
     """The model, with as many classes as the data has, and the class names.  Resuming: the
-    run's model with its saved weights, after checking that the data has the run's classes."""
+    run's model with its saved weights, after checking that the data has the run's classes.
+    Data with fewer than 2 classes is refused: there is nothing to tell apart."""
     classes = class_names(datasets[0]) if datasets is not None else data_classes(settings.data)
+    if len(classes) < 2:
+        raise ValueError(f"--data {settings.data}: {len(classes)} class(es) "
+                         f"{classes}; a classifier needs at least 2 (one subfolder per class)")
     if state is None:
         start = settings.init
         if settings.pretrained:  # fetched (or found in the cache) before anything is built
@@ -223,7 +266,7 @@ def _model_for_the_data(settings: TrainSettings, datasets, state: dict | None, o
         torch.manual_seed(settings.seed)
         model = build_model(settings, len(classes))
         if start is not None:
-            init_from(model, start)
+            init_from(model, start, log)
         return model, classes
     saved = state["settings"]
     model = build_model(settings, len(state["classes"]))
@@ -260,8 +303,10 @@ def _datasets(settings: TrainSettings, model, datasets):
 
 
 def _write_run_start(out: Path, settings, model, classes, run, replace: bool) -> None:
-    """Once everything is set up: the old run's files gone (``--overwrite``), settings.json,
-    and metrics.csv as the saved history has it (a resumed run)."""
+    """Once everything is set up (the data read, the model built): the run folder made, the
+    old run's files gone (``--overwrite``: and the evaluations and predictions made from it),
+    settings.json, and metrics.csv as the saved history has it (a resumed run)."""
+    out.mkdir(parents=True, exist_ok=True)
     if replace:
         run_folder.remove_run_files(out)
     run_folder.write_settings(out, settings, model, classes)
@@ -275,20 +320,35 @@ def _draw_curves(history, out: Path, settings, result) -> None:
     try:
         from ..plotting import save_training_curves
 
+        baseline = result["linear_baseline"]
+        stopped = next((n for n in result["notes"] if n.startswith("stopped early")), None)
         save_training_curves(history, out / CURVES, title=f"{settings.model} on {settings.data}",
                              selected_epoch=result["selected_epoch"],
                              test_accuracy=result["test_accuracy"],
-                             label_smoothing=settings.label_smoothing)
+                             label_smoothing=settings.label_smoothing, chance=result["chance"],
+                             baseline=baseline["val_accuracy"] if baseline else None,
+                             stopped_early=stopped)
     except Exception as error:  # noqa: BLE001 -- a figure never costs a run its results
         warnings.warn(f"{CURVES} not drawn ({type(error).__name__}: {error}); the run's other "
                       f"files are complete", stacklevel=2)
 
 
-def init_from(model, path) -> None:
+def init_from(model, path, log=print) -> None:
     """Load the weights of ``path`` into ``model`` for fine-tuning: strictly, except that a head
-    for another number of classes is replaced by a fresh one (``weights.load_pretrained``).
-    Mismatched keys raise ``CheckpointError`` naming them."""
+    for another number of classes is replaced by a fresh one (``weights.load_pretrained``, which
+    warns).  Mismatched keys raise ``CheckpointError`` naming them.  What was resized to fit
+    (the position embedding, for another input size) is logged, key by key."""
+    from ..weights import read_state_dict
+
+    own = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     load_pretrained(model, path)
+    head = model.get_classifier() if hasattr(model, "get_classifier") else None
+    head_keys = {f"{name}.{p}" for name, m in model.named_modules() if m is head
+                 for p, _ in m.named_parameters()}
+    for key, tensor in read_state_dict(path).items():
+        if key in own and key not in head_keys and tuple(tensor.shape) != own[key]:
+            log(f"{path}: {key} resized from {tuple(tensor.shape)} to {own[key]} to fit the "
+                f"model's input size")
 
 
 def class_names(dataset) -> list[str]:

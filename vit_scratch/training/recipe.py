@@ -8,12 +8,12 @@ attention", ICML 2021, https://arxiv.org/abs/2012.12877), written by hand to be 
     objective        the loss a step minimises: cross-entropy with label smoothing
     train_step       forward, the objective, backward (gradient accumulation, DDP), AdamW
     evaluate         mean cross-entropy and accuracy over a loader (added up over processes)
-    epoch_seeds      each epoch's random streams, from (seed, epoch, rank)
+    epoch_seed       each epoch's dropout and stochastic depth, from (seed, epoch, rank)
 
 Stochastic depth and dropout are the model's (its config); the augmentation is
-``vit_scratch.data.random_affine``, applied by the loop.  This is the PyTorch backend's recipe;
-the NumPy backend computes the same step with the NumPy room (``numpy_nn.training``), behind the
-same runner interface (``training.runners``).  Infrastructure: ``torch.optim.AdamW`` and its
+``vit_scratch.data.random_affine``, applied by the loop, seeded per picture.  This is the PyTorch
+backend's recipe; the NumPy backend computes the same step with the NumPy room
+(``numpy_nn.training``), behind the same runner interface (``training.runners``).  Infrastructure: ``torch.optim.AdamW`` and its
 schedulers, ``torch.distributed`` (``vit_scratch.distributed``).
 """
 from __future__ import annotations
@@ -82,33 +82,47 @@ def objective(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float
 
 
 def train_step(model, images, labels, optimizer, label_smoothing: float = 0.0,
-               autocast_dtype: torch.dtype | None = None, accum_steps: int = 1) -> Step:
+               autocast_dtype: torch.dtype | None = None, accum_steps: int = 1,
+               counted: torch.Tensor | None = None, divisor: float | None = None) -> Step:
     """One optimisation step on a batch: the mean loss over its images, its gradient, AdamW.
 
     ``accum_steps`` > 1 splits the batch into that many parts and adds their gradients up
     (each part's summed loss over the batch's image count) before the one step: the same step
     with less memory.  Under DDP, only the last part's backward averages the gradients of the
-    processes (``no_sync`` before)."""
-    n = len(labels)
-    parts = [(x, y) for x, y in zip(images.tensor_split(accum_steps),
-                                    labels.tensor_split(accum_steps)) if len(y)]
+    processes (``no_sync`` before).
+
+    Under DDP each process holds its share of a global batch, and DDP averages the processes'
+    gradients: so that the step is the global batch's mean, each share's summed loss is divided
+    by ``divisor`` = the global batch's image count / the number of processes (default: this
+    batch's image count).  ``counted`` (B,) bool marks the images the step counts; a stand-in
+    for an empty share (``distributed.BatchShares``) counts none, adds nothing to the loss and
+    still takes part in the gradient exchange.  The returned ``Step`` is over the counted
+    images (zeros when there are none)."""
+    n_counted = len(labels) if counted is None else int(counted.sum())
+    divisor = max(1, n_counted) if divisor is None else divisor
+    counted = torch.ones_like(labels, dtype=torch.bool) if counted is None else counted
+    parts = [(x, y, c) for x, y, c in zip(images.tensor_split(accum_steps),
+                                          labels.tensor_split(accum_steps),
+                                          counted.tensor_split(accum_steps)) if len(y)]
     optimizer.zero_grad(set_to_none=True)
     loss_sum, ce_sum, correct = 0.0, 0.0, 0
-    for i, (x, y) in enumerate(parts):
+    for i, (x, y, c) in enumerate(parts):
         last = i == len(parts) - 1
         with (nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()):
             with torch.autocast(x.device.type, dtype=autocast_dtype or torch.bfloat16,
                                 enabled=autocast_dtype is not None):
                 logits = model(x)
             logits = logits if logits.dtype == torch.float64 else logits.float()  # bf16 -> fp32
-            loss = objective(logits, y, label_smoothing) / n
+            logits, y = logits[c], y[c]
+            loss = objective(logits, y, label_smoothing) / divisor
             loss.backward()
-        loss_sum += loss.item()
+        loss_sum += loss.item() * divisor
         with torch.no_grad():
-            ce_sum += F.cross_entropy(logits, y, reduction="sum").item() / n
+            ce_sum += F.cross_entropy(logits, y, reduction="sum").item()
             correct += (logits.argmax(-1) == y).sum().item()
     optimizer.step()
-    return Step(loss_sum, correct, ce_sum)
+    mean = max(1, n_counted)
+    return Step(loss_sum / mean, correct, ce_sum / mean)
 
 
 @torch.no_grad()
@@ -137,9 +151,9 @@ def evaluate_everywhere(model, loader, device, autocast_dtype=None) -> dict:
             "count": round(count)}
 
 
-def epoch_seeds(seed: int, epoch: int, rank: int) -> tuple[int, int]:
-    """Two seeds for one epoch of one process (PyTorch's global generator -- dropout, stochastic
-    depth, the loader's workers -- and the augmentation's), drawn from ``(seed, epoch, rank)``
-    by NumPy's ``SeedSequence``: a resumed run needs no saved random state."""
-    a, b = np.random.SeedSequence([seed, epoch, rank]).generate_state(2)
-    return int(a), int(b)
+def epoch_seed(seed: int, epoch: int, rank: int) -> int:
+    """The seed of PyTorch's global generator for one epoch of one process -- dropout and
+    stochastic depth, which each process draws for its own share of a batch -- drawn from
+    ``(seed, epoch, rank)`` by NumPy's ``SeedSequence``: a resumed run needs no saved random
+    state.  (The augmentation is seeded per picture: ``vit_scratch.data.SeededSamples``.)"""
+    return int(np.random.SeedSequence([seed, epoch, rank]).generate_state(1)[0])

@@ -12,8 +12,11 @@ NumPy room's hand-written backward passes and AdamW, on the CPU in fp32).  The l
         state      the saved trainer state of a resumed run (the optimiser's state is restored)
     runner.train()                    training mode for the epoch
     runner.seed(seed)                 the epoch's seed for the runner's own random streams
-    runner.step(images, labels)       one optimisation step at ``runner.lr``, then the
+    runner.step(images, labels, counted, divisor)
+                                      one optimisation step at ``runner.lr``, then the
                                       schedule's step -> ``Step(loss, correct, cross_entropy)``
+                                      (``recipe.train_step``: the counted images, the divisor
+                                      of a share of a global batch)
     runner.evaluate(loader)           {"loss", "accuracy", "count"}, added up over processes
     runner.push(model)                the runner's weights into ``model`` (before saving)
     runner.pull(model)                ``model``'s weights into the runner (the selected epoch's)
@@ -28,6 +31,8 @@ draws from a NumPy generator seeded per epoch like PyTorch's; its BLAS runs on o
 (``numpy_nn._fast.split_batch``): BLAS threads spinning on busy cores would only burn CPU time.
 """
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import torch
@@ -71,6 +76,10 @@ class TorchRunner:
         if world.size > 1:
             from torch.nn.parallel import DistributedDataParallel
 
+            # a class token's gradient is a slice of a larger one: DDP copies it into its
+            # bucket and says so once; a note on speed for its developers, not an error
+            warnings.filterwarnings("ignore", message="Grad strides do not match bucket view",
+                                    category=UserWarning)
             self.trainer = DistributedDataParallel(
                 model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         if settings.compile:
@@ -91,10 +100,10 @@ class TorchRunner:
         """Nothing: PyTorch's global generator, which the loop seeds, draws dropout and
         stochastic depth."""
 
-    def step(self, images: torch.Tensor, labels: torch.Tensor):
+    def step(self, images: torch.Tensor, labels: torch.Tensor, counted=None, divisor=None):
         s = self.settings
         step = train_step(self.trainer, images, labels, self.optimizer, s.label_smoothing,
-                          self.autocast_dtype, s.accum_steps)
+                          self.autocast_dtype, s.accum_steps, counted, divisor)
         self.schedule.step()
         return step
 
@@ -162,10 +171,11 @@ class NumpyRunner:
         with self.blas.limit(limits=1, user_api="blas"):
             return torch.from_numpy(self.model(images.detach().cpu().numpy()))
 
-    def step(self, images: torch.Tensor, labels: torch.Tensor):
+    def step(self, images: torch.Tensor, labels: torch.Tensor, counted=None, divisor=None):
         """One training step in NumPy at :attr:`lr`, then the schedule's step; a loss or
         gradient that is not finite raises ``FloatingPointError`` naming the step, before the
-        update."""
+        update.  (One process: every image of a batch counts, ``counted`` and ``divisor`` are
+        the batch's own.)"""
         from ..numpy_nn import training
 
         with self.blas.limit(limits=1, user_api="blas"):

@@ -1,0 +1,196 @@
+"""The small-folder case: the recipe (``--recipe small_folder``) and how options override it, the
+linear baseline against an independent fit on the same split, chance, the warning when training
+stays at chance, the curves that draw them; and what a run says of itself (one epoch, a resized
+position embedding).  The recipe's accuracy is tests/test_readme.py's acceptance test and
+benchmarks/bench_small_folder.py's table."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import vit_scratch
+from digit_pictures import NAMES, make_digit_pictures
+from test_training import TINY, make_pictures, picture_settings
+from vit_scratch import plotting
+from vit_scratch.data import ModelTransform, make_datasets, plain_pictures
+from vit_scratch.run_folder import METRICS
+from vit_scratch.train import (RECIPES, TrainSettings, recipe_settings, settings_from_args,
+                               train)
+from vit_scratch.training import yardsticks
+from vit_scratch.weights import save_checkpoint
+
+
+@pytest.fixture(scope="module")
+def pictures(tmp_path_factory) -> Path:
+    return make_pictures(tmp_path_factory.mktemp("data") / "pictures")
+
+
+def test_the_generated_folder_is_a_students(tmp_path):
+    folder = make_digit_pictures(tmp_path / "f", classes=4, per_class=9, seed=3)
+    files = sorted(folder.glob("*/*"))
+    assert sorted(p.name for p in folder.iterdir()) == sorted(NAMES[:4])
+    assert len(files) == 36 and {p.suffix for p in files} >= {".png", ".jpg", ".bmp", ".webp",
+                                                              ".tif", ".ppm"}
+    from PIL import Image
+
+    sizes = [Image.open(p).size for p in files]
+    assert all(32 <= w <= 48 and 32 <= h <= 48 for w, h in sizes)
+    again = make_digit_pictures(tmp_path / "g", classes=4, per_class=9, seed=3)
+    assert all(p.read_bytes() == (again / p.relative_to(folder)).read_bytes() for p in files)
+
+
+def test_the_recipe_is_a_starting_point_that_options_override():
+    small = RECIPES["small_folder"]
+    settings, _, _ = settings_from_args(["--recipe", "small_folder", "--epochs", "7"])
+    assert settings.epochs == 7 and settings.lr == small["lr"]
+    assert settings.model == small["model"] and settings.model_kwargs == small["model_kwargs"]
+    settings, _, _ = settings_from_args(["--recipe", "small_folder", "--model-arg", "depth=2",
+                                         "--model-arg", "img_size=48"])
+    assert settings.model_kwargs == {**small["model_kwargs"], "img_size": 48, "depth": 2}
+    settings, _, _ = settings_from_args(["--recipe", "small_folder", "--model", "vit_digits"])
+    assert settings.model == "vit_digits" and settings.model_kwargs == {}  # the recipe's model's
+    assert settings.lr == small["lr"]
+    assert settings_from_args([])[0] == TrainSettings(out=settings_from_args([])[0].out)
+    assert recipe_settings("small_folder", data="x", out="o") == settings_from_args(
+        ["--recipe", "small_folder", "--data", "x", "--out", "o"])[0]
+
+
+def pixels(dataset):
+    xs, ys = zip(*[dataset[i] for i in range(len(dataset))])
+    return torch.stack(xs).flatten(1).numpy(), np.array([int(y) for y in ys])
+
+
+def test_the_linear_baseline_is_fitted_on_the_training_split(pictures, tmp_path):
+    """The trainer's baseline equals a logistic regression fitted here on the training
+    split's pixels (without the photo augmentation the model trains with), scored on the
+    validation and test splits; it is printed, in metrics.json and beside chance."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    logs = []
+    settings = picture_settings(pictures, tmp_path / "run", epochs=1, flip=True,
+                                crop_scale=0.5)
+    result = train(settings, log=logs.append)
+    model = vit_scratch.create_model("vit_digits", num_classes=3, **TINY)
+    train_set, val_set, test_set = make_datasets(str(pictures), model, 0.25, 0,
+                                                 val_fraction=0.25)
+    x, y = pixels(train_set)
+    fitted = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(x, y)
+    baseline = json.loads((tmp_path / "run" / METRICS).read_text())["linear_baseline"]
+    for name, dataset in (("val", val_set), ("test", test_set)):
+        xs, ys = pixels(dataset)
+        assert baseline[f"{name}_accuracy"] == pytest.approx(float((fitted.predict(xs) ==
+                                                                     ys).mean()))
+    assert baseline["train_images"] == len(train_set) == 27 and baseline["features"] == 576
+    assert result["chance"] == pytest.approx(1 / 3) and result["linear_baseline"] == baseline
+    assert any(line.startswith("linear baseline (logistic regression on the pixels)")
+               for line in logs)
+
+
+def test_plain_pictures_leave_out_the_augmentation(pictures):
+    model = vit_scratch.create_model("vit_digits", num_classes=3, **TINY)
+    augment = ModelTransform(model, flip=True, crop_scale=0.3, color_jitter=0.4)
+    train_set, _ = make_datasets(str(pictures), model, 0.25, 0, augment=augment)
+    plain = plain_pictures(train_set)
+    reference, _ = make_datasets(str(pictures), model, 0.25, 0)
+    for i in range(3):
+        assert torch.equal(plain[i][0], reference[i][0]) and plain[i][1] == reference[i][1]
+    assert plain.classes == train_set.classes
+    assert plain_pictures(reference) is reference
+
+
+def test_training_at_chance_says_so_and_what_to_try(pictures, tmp_path):
+    logs = []
+    result = train(picture_settings(pictures, tmp_path / "run", epochs=6, lr=1e-30),
+                   log=logs.append)
+    warnings = [line for line in logs if line.startswith("warning: after 5 epochs")]
+    assert len(warnings) == 1 and "near chance (0.33): the model is not learning" in warnings[0]
+    assert "--recipe small_folder" in warnings[0] and "--pretrained" in warnings[0]
+    assert "a lower --lr than 1e-30" in warnings[0]
+    assert warnings == result["notes"]
+    stuck = [dict(train_accuracy=0.3)] * 20
+    recipe = recipe_settings("small_folder")  # 100 epochs: checked after 20
+    assert yardsticks.not_learning(stuck[:5], 0.25, None, recipe) is None
+    on_the_recipe = yardsticks.not_learning(stuck, 0.25, None, recipe)
+    assert on_the_recipe.startswith("warning: after 20 epochs") and "--recipe" not in \
+        on_the_recipe  # not the recipe it runs already
+    learning = train(picture_settings(pictures, None, epochs=5), log=logs.append)
+    assert max(h["train_accuracy"] for h in learning["history"]) > 0.4 and not learning["notes"]
+
+
+def test_curves_draw_chance_the_baseline_and_an_early_stop():
+    import matplotlib.pyplot as plt
+
+    history = [dict(epoch=e, train_cross_entropy=1.0, val_loss=1.1, train_accuracy=0.5,
+                    val_accuracy=[0.6, 0.8, 0.7][e - 1]) for e in (1, 2, 3)]
+    loss_ax, acc_ax = plotting.plot_training_curves(
+        history, selected_epoch=2, test_accuracy=0.75, chance=0.25, baseline=0.4,
+        stopped_early="stopped early after 3 epochs: no better validation accuracy for 1 epoch")
+    lines = {line.get_label(): line for line in acc_ax.lines}
+    assert list(lines["chance 0.25"].get_ydata()) == [0.25, 0.25]
+    assert list(lines["linear baseline (validation) 0.40"].get_ydata()) == [0.4, 0.4]
+    assert acc_ax.get_ylim()[0] <= 0.25
+    assert acc_ax.get_title().endswith("stopped early after 3 epochs: no better validation "
+                                       "accuracy for 1 epoch")
+    legend = [t.get_text() for t in loss_ax.figure.legends[0].get_texts()]
+    assert "chance 0.25" in legend and "linear baseline (validation) 0.40" in legend
+    plt.close(loss_ax.figure)
+
+
+def test_a_run_says_one_epoch_and_a_resized_position_embedding(pictures, tmp_path):
+    """"1 epoch", not "1 epochs"; and fine-tuning from a file trained at another size logs
+    which tensors were resized to fit."""
+    start = vit_scratch.create_model("vit_digits", num_classes=3, **TINY)  # 24 px: 4 × 4 patches
+    save_checkpoint(start, tmp_path / "start.safetensors")
+    logs = []
+    train(picture_settings(pictures, None, epochs=1, init=str(tmp_path / "start.safetensors"),
+                           model_kwargs=dict(TINY, img_size=36)), log=logs.append)
+    text = "\n".join(logs)
+    assert "3 classes, 1 epoch on cpu, 1 thread" in text and "after 1 epoch (" in text
+    assert (f"{tmp_path / 'start.safetensors'}: pos_embed resized from (1, 17, 16) to "
+            f"(1, 37, 16) to fit the model's input size") in text
+
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def test_the_pages_quote_the_small_folder_and_workers_results():
+    """The README's and docs/training.md's sentences about the small-folder recipe and the
+    workers are read from the committed results of benchmarks/bench_small_folder.py and
+    benchmarks/bench_workers.py (their tables: tests/test_docs_consistency.py)."""
+    folder = json.loads((RESULTS / "small_folder.json").read_text())
+    recipe = folder["recipes"]["small_folder"]
+    acc, base = recipe["test_accuracy"], recipe["linear_baseline_test_accuracy"]
+    assert folder["seeds"] == [0, 1, 2] and acc["n"] == len(recipe["runs"]) == 3  # "three"
+    assert [r["recipe"] for r in recipe["runs"]] == ["small_folder"] * 3
+    quoted = (f"{100 * acc['mean']:.1f} ± {100 * acc['std']:.1f}% test accuracy (lowest "
+              f"{100 * acc['min']:.1f}%), where a linear baseline on the pixels reaches "
+              f"{100 * base['mean']:.1f}%")
+    readme, training = (" ".join((ROOT / page).read_text().split())
+                        for page in ("README.md", "docs/training.md"))
+    assert quoted in readme and quoted in training
+    vit, before = (folder["recipes"][n]["test_accuracy"] for n in ("small_folder_vit",
+                                                                    "readme_before"))
+    assert f"(ViT-Tiny with the digits recipe) reaches {100 * before['mean']:.1f}%" in readme
+    assert (f"{100 * vit['mean']:.1f} ± {100 * vit['std']:.1f}%, lowest {100 * vit['min']:.1f}%"
+            in training and f"stays near chance: {100 * before['mean']:.1f}%" in training)
+    assert (f"raises the lowest of the three from {100 * vit['min']:.1f}% to "
+            f"{100 * acc['min']:.1f}%") in training
+    svm = recipe["svm_test_accuracy"]
+    assert f"an RBF SVM on the grey pixels {100 * svm['mean']:.1f}%" in training
+    assert acc["min"] >= 0.80  # every seed clears the acceptance line
+    workers = json.loads((RESULTS / "workers.json").read_text())
+    configs = workers["configs"]
+    training = " ".join(training.split())
+    assert (f"spawn workers take {configs['spawn']['seconds_per_epoch']:.2f} s per epoch, fork "
+            f"workers {configs['fork']['seconds_per_epoch']:.2f} s ({workers['spawn_over_fork']:.2f}"
+            f"×)") in training
+    assert (f"the later epochs {configs['spawn']['later_epoch_seconds']:.2f} s against "
+            f"{configs['fork']['later_epoch_seconds']:.2f} s "
+            f"({workers['spawn_over_fork_later_epochs']:.2f}×)") in training
+    # workers kept for the run: after their start, spawn costs what fork does
+    assert workers["spawn_over_fork_later_epochs"] <= 2
