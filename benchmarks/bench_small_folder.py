@@ -29,6 +29,7 @@ import json
 import os
 import platform
 import statistics
+import shlex
 import subprocess
 import sys
 import time
@@ -154,7 +155,8 @@ def summarise(names, seeds, runs: Path) -> dict:
             "runs": records}
     return {"benchmark": "small_folder",
             "description": "the trainer's recipes on a small folder of pictures",
-            "script": "benchmarks/bench_small_folder.py", "commit": git_commit(),
+            "script": "benchmarks/bench_small_folder.py",
+            "written_by": "python " + shlex.join(sys.argv), "commit": git_commit(),
             "folder": {**FOLDER, "generator": "tests/digit_pictures.py"}, "seeds": list(seeds),
             "threads": 1, "python": platform.python_version(), "machine": platform.machine(),
             "cores": os.cpu_count(), "recipes": recipes}

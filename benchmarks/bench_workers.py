@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import statistics
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -75,7 +76,8 @@ def main(argv=None) -> dict:
                       f"first {times[0]:.2f} s, later {statistics.mean(times[1:]):.2f} s",
                       flush=True)
     results = {"benchmark": "workers", "description": "DataLoader workers: fork against spawn",
-               "script": "benchmarks/bench_workers.py", "epochs": args.epochs,
+               "script": "benchmarks/bench_workers.py",
+            "written_by": "python " + shlex.join(sys.argv), "epochs": args.epochs,
                "repeats": args.repeats, "workers": 2, "threads": 1,
                "python": platform.python_version(), "platform": sys.platform,
                "load_average_at_each_run": loads, "configs": {}}

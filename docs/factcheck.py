@@ -463,13 +463,15 @@ def pointer_problems(page: doccheck.Page, root: Path = ROOT) -> list[str]:
 # --- signatures -----------------------------------------------------------------------------------
 
 def _params(node) -> list[str] | None:
-    """The parameter names of a ``def`` (``self`` dropped) or of a class's ``__init__``."""
+    """The parameter names of a ``def`` (``self`` dropped) or of a class's ``__init__``; a
+    ``**kwargs`` comes last, as ``"**kwargs"`` (it takes any keyword)."""
     if isinstance(node, ast.ClassDef):
         init = next((n for n in node.body if isinstance(n, ast.FunctionDef)
                      and n.name == "__init__"), None)
         return None if init is None else _params(init)
     args = node.args
     names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+    names += [f"**{args.kwarg.arg}"] if args.kwarg else []
     return names[1:] if names[:1] in (["self"], ["cls"]) else names
 
 
@@ -595,7 +597,8 @@ def call_problems(page: doccheck.Page, library: dict, root: Path = ROOT) -> list
         if name not in known:
             continue
         candidates = known[name]
-        bad = [k for k in keywords if not any(k in c for c in candidates)]
+        bad = [k for k in keywords
+               if not any(k in c or any(p.startswith("**") for p in c) for c in candidates)]
         if bad:
             problems.append(f"{page.where(line)}: `{name}(...)` has no parameter "
                             f"{', '.join(bad)} (it takes: "
