@@ -8,7 +8,8 @@ Names and architectures are timm's, so a timm or official checkpoint of the same
 :data:`FAMILIES` has one line per family: its torch-free spec module (config, key/shape table,
 and ``MODELS``, the names it registers) and its model class in each room.  The room classes are
 looked up on first use, so ``import vit_scratch`` does not import PyTorch and a NumPy model
-builds without it.
+builds without it.  A config may ask for a subclass of its family's class
+(``cls.class_for(cfg)``: ViT's ``distilled=True`` is ``VisionTransformerDistilled``).
 """
 from __future__ import annotations
 
@@ -123,7 +124,7 @@ def create_model(name: str, **kwargs):
 def build_model(family: Family, spec: ModelSpec, cfg):
     """The PyTorch model of ``family`` for ``cfg`` (a config built, and so validated, once),
     with the ``pretrained_cfg`` of the registered name ``spec``."""
-    model = family.torch_class()(cfg)
+    model = family.torch_class().class_for(cfg)(cfg)
     model.pretrained_cfg = spec.pretrained_cfg_for(cfg)
     return model
 
@@ -148,7 +149,7 @@ def build_numpy_model(family: Family, spec: ModelSpec, cfg, params):
         message = other_family_message(shapes, family, f"params for {spec.name}")
         if message:
             raise ValueError(message)
-    model = family.numpy_class()(cfg, params, name=spec.name)
+    model = family.numpy_class().class_for(cfg)(cfg, params, name=spec.name)
     model.pretrained_cfg = spec.pretrained_cfg_for(cfg)
     return model
 
@@ -209,8 +210,9 @@ def other_family_message(shapes: dict, family: Family, what: str) -> str | None:
 
 
 def family_of(model_class: type) -> Family | None:
-    """The family whose PyTorch or NumPy class ``model_class`` is (None for any other class)."""
+    """The family whose PyTorch or NumPy class ``model_class`` is, or a subclass of (ViT's
+    distilled models); None for any other class."""
     for family in FAMILIES:
-        if model_class in (family.torch_class(), family.numpy_class()):
+        if issubclass(model_class, (family.torch_class(), family.numpy_class())):
             return family
     return None
