@@ -250,6 +250,23 @@ def test_two_processes_distil_as_one(teacher_file, tmp_path):
     assert not torch.equal(one.head_dist.weight, student().head_dist.weight)  # it trained
 
 
+def test_init_from_a_distilled_checkpoint_replaces_both_heads(tmp_path):
+    """Fine-tuning (``--init``) a distilled model on data with other classes: everything loads
+    but the class and distillation heads, which are new and sized for the data."""
+    from vit_scratch.train import init_from
+
+    source = student(seed=7)
+    vit_scratch.save_checkpoint(source, tmp_path / "ten.safetensors")
+    model = vit_scratch.create_model("vit_digits", **{**STUDENT, "num_classes": 3})
+    with pytest.warns(UserWarning, match=r"its classifier head \(head.weight\) has 10 classes"):
+        init_from(model, tmp_path / "ten.safetensors")
+    for key, value in model.state_dict().items():
+        if key.startswith(("head.", "head_dist.")):
+            assert value.shape[0] == 3, key
+        else:
+            assert torch.equal(value, source.state_dict()[key]), key
+
+
 # --- the errors, one line each, before anything is written -------------------------------------------
 
 def test_a_teacher_for_a_student_without_a_distillation_token_is_refused(teacher_file):
