@@ -18,15 +18,15 @@ The teacher sees the student's batch as its own preprocessing wants it: when the
 differ in input size, channels or normalisation (a CoaT teacher at 8×8 for a ViT student at
 24×24), the batch is un-normalised with the student's mean and std, resized with the teacher's
 interpolation (antialiased when shrinking) and normalised with the teacher's mean and std -- the
-steps of ``data.to_model_input``, on the batch's device.
+steps of ``data.to_model_input`` (``data.preprocessing.fit_input_size``), on the batch's device.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
+from ..data.preprocessing import fit_input_size
 from ..models import get_config, list_models
 
 
@@ -77,15 +77,7 @@ class Teacher:
             return torch.tensor(values, dtype=images.dtype, device=images.device).view(1, -1, 1, 1)
 
         x = images * per_channel(s["std"]) + per_channel(s["mean"])  # the [0, 1] pictures
-        chans, height, width = t["input_size"]
-        if tuple(x.shape[-2:]) != (height, width):
-            mode = t.get("interpolation", "bilinear")
-            shrink = x.shape[-2] > height or x.shape[-1] > width
-            x = F.interpolate(x, size=(height, width), mode=mode,
-                              align_corners=None if mode == "nearest" else False,
-                              antialias=shrink and mode != "nearest").clamp(0.0, 1.0)
-        if x.shape[1] != chans:
-            x = x.expand(-1, chans, -1, -1) if x.shape[1] == 1 else x.mean(dim=1, keepdim=True)
+        x = fit_input_size(x, t)  # the teacher's size and channels
         return (x - per_channel(t["mean"])) / per_channel(t["std"])
 
     @torch.no_grad()
