@@ -27,9 +27,10 @@ Reported per condition: test accuracy, its agreement with the teacher (the share
 where the student predicts what the teacher predicts: DeiT's Table 4 asks the same), and the CPU
 time (user + system of the process, all threads); for the distilled students also each head
 alone (DeiT's Table 3) and, per run, the cosine similarity of the class and distillation tokens
-at the input and after each block (``token_similarity``, averaged over the test images).  ``paired`` holds the per-seed differences between the conditions (the
-same split, the same initialisation seed).  Mean ± standard deviation over the seeds (ddof=1).
-A script, never a test.
+at the input and after each block (``token_similarity``, averaged over the test images).
+``paired`` holds the per-seed differences between the conditions (the same split, the same
+initialisation seed).  Mean ± standard deviation over the seeds (ddof=1).  A script, never a
+test.
 """
 from __future__ import annotations
 
@@ -135,8 +136,9 @@ def main(argv=None):
                                          split_seed=seed, out=str(folder), **common),
                            log=lambda *_: None)
             teacher = test_predictions(load_model(folder), seed)
+            on_views = teacher_on_training_views(folder, seed)
             teacher_runs.append({"seed": seed, "test_accuracy": result["test_accuracy"],
-                                 "labels_on_training_views": teacher_on_training_views(folder, seed),
+                                 "labels_on_training_views": on_views,
                                  "cpu_seconds": result["cpu_seconds"]})
             print(f"{'teacher ' + TEACHER:<34} seed {seed}: {result['test_accuracy']:.4f}  "
                   f"{result['cpu_seconds']:.1f} s CPU", flush=True)
@@ -195,7 +197,6 @@ def main(argv=None):
         Path(args.json).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
                                    encoding="utf-8")
     return data
-
 
 
 if __name__ == "__main__":

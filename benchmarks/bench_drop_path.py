@@ -113,6 +113,5 @@ def main(argv=None):
     return data
 
 
-
 if __name__ == "__main__":
     main()

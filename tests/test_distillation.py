@@ -78,7 +78,7 @@ def student(seed: int = 0, dtype=torch.float32):
     return vit_scratch.randomize_weights_(model, seed=seed)
 
 
-# --- the objective and the teacher ----------------------------------------------------------------
+# --- the objective and the teacher ---------------------------------------------------------------
 
 def test_objective_is_half_labels_half_teacher_by_hand():
     """½ · Σ CE_ε(class head, labels) + ½ · Σ CE(distillation head, teacher's classes), from
@@ -198,7 +198,7 @@ def test_the_numpy_runner_takes_the_pytorch_runners_steps_with_a_teacher(teacher
         assert not torch.equal(model.state_dict()[key], initial[key]), key
 
 
-# --- whole runs -------------------------------------------------------------------------------------
+# --- whole runs ----------------------------------------------------------------------------------
 
 def test_a_distilled_run_through_the_command_line_both_backends(teacher_run, tmp_path):
     """``--teacher RUN`` on the digits with each backend: every file of a run, the teacher in
@@ -267,7 +267,7 @@ def test_init_from_a_distilled_checkpoint_replaces_both_heads(tmp_path):
             assert torch.equal(value, source.state_dict()[key]), key
 
 
-# --- the errors, one line each, before anything is written -------------------------------------------
+# --- the errors, one line each, before anything is written ---------------------------------------
 
 def test_a_teacher_for_a_student_without_a_distillation_token_is_refused(teacher_file):
     with pytest.raises(ValueError, match=r"--teacher '.*coat_teacher.safetensors': --model "

@@ -7,8 +7,8 @@ Papers:
   Touvron et al., ICML 2021, https://arxiv.org/abs/2012.12877 (the same architecture; its
   distilled models add a distillation token and a second head, ``distilled=True``)
 
-Rooms: ``vit_scratch.numpy_nn.vit.VisionTransformer`` and ``vit_scratch.torch_nn.vit.VisionTransformer``,
-and their subclasses ``VisionTransformerDistilled`` for ``distilled=True`` (timm's class names).
+Rooms: ``vit_scratch.numpy_nn.vit.VisionTransformer`` and ``vit_scratch.torch_nn.vit.VisionTransformer``
+(and their subclasses ``VisionTransformerDistilled`` for ``distilled=True``, timm's class names).
 """
 from __future__ import annotations
 
