@@ -262,3 +262,18 @@ def test_reading_times_match_the_notebooks():
         assert abs(int(minutes) - estimate) <= max(10, 0.25 * estimate), (
             f"README gives notebook {number} {minutes} min; its text and code suggest "
             f"{5 * round(estimate / 5)} min")
+
+
+def test_readme_quotes_the_distilled_run_from_its_metrics():
+    """The README's distillation command: the accuracies it quotes are the committed run's."""
+    runs = ROOT / "benchmarks/results/runs"
+    readme = page_text("README.md")
+    for name in ("vit_digits_distilled", "coat_lite_digits"):
+        metrics = json.loads((runs / name / "metrics.json").read_text(encoding="utf-8"))
+        assert f"{100 * metrics['test_accuracy']:.1f}%" in readme, name
+        if name == "vit_digits_distilled":
+            assert (f"epoch, {metrics['selected_epoch']} of {metrics['epochs_done']}; "
+                    f"{metrics['cpu_seconds']:.0f} s of CPU time") in readme
+    settings = json.loads((runs / "vit_digits_distilled/settings.json").read_text(encoding="utf-8"))
+    assert settings["settings"]["teacher"] == "runs/coat_lite_digits"
+    assert settings["settings"]["model_kwargs"] == {"distilled": True}
