@@ -21,6 +21,10 @@ Each results file says what it holds in its ``"benchmark"`` field:
 * ``"small_folder"``: ``bench_small_folder.py --json``, the trainer's recipes on a small folder of
   pictures over three seeds, beside the linear baseline and an SVM.
 * ``"workers"``: ``bench_workers.py --json``, seconds per epoch with fork and spawn workers.
+* ``"distillation"``: ``bench_distillation.py --json``, a student on the digits with and without
+  a teacher (DeiT's hard distillation), over several seeds.
+* ``"drop_path"``: ``bench_drop_path.py --json``, a deep, narrow ViT on the digits at several
+  stochastic-depth rates, over several seeds.
 """
 from __future__ import annotations
 
@@ -149,6 +153,38 @@ def small_folder_table(data: dict) -> str:
     return "\n".join(lines)
 
 
+def distillation_table(data: dict) -> str:
+    """The with/without-teacher table (Markdown) of a results file."""
+    seeds = len(data["settings"]["seeds"])
+    lines = [f"| {data['settings']['student']['model']} ({seeds} seeds) | test accuracy | "
+             f"agrees with the teacher | CPU s |", "|---|---|---|---|"]
+    for name, entry in data["conditions"].items():
+        lines.append(f"| {name} | {percent(entry['test_accuracy'])} | "
+                     f"{percent(entry['agreement_with_teacher'])} | "
+                     f"{entry['cpu_seconds']['mean']:.0f} ± {entry['cpu_seconds']['std']:.0f} |")
+    teacher = data["teacher"]
+    lines.append(f"| teacher: {data['settings']['teacher']['model']} | "
+                 f"{percent(teacher['test_accuracy'])} | — | "
+                 f"{teacher['cpu_seconds']['mean']:.0f} ± {teacher['cpu_seconds']['std']:.0f} |")
+    return "\n".join(lines)
+
+
+def drop_path_table(data: dict) -> str:
+    """The drop-path table (Markdown) of a results file."""
+    s = data["settings"]
+    lines = [f"| drop_path_rate p_L ({s['model_kwargs']['depth']} blocks of "
+             f"{s['model_kwargs']['embed_dim']} channels, {len(s['seeds'])} seeds) | branches run "
+             f"(of {2 * s['model_kwargs']['depth']}) | test accuracy | last epoch's train "
+             f"accuracy | CPU s |", "|---|---|---|---|---|"]
+    for entry in data["rates"].values():
+        lines.append(f"| {entry['drop_path_rate']} | {entry['expected_branches']:.1f} | "
+                     f"{percent(entry['test_accuracy'])} | "
+                     f"{percent(entry['last_train_accuracy'])} | "
+                     f"{entry['cpu_seconds']['mean']:.0f} ± {entry['cpu_seconds']['std']:.0f} |")
+    return "\n".join(lines)
+
+
+
 def workers_table(data: dict) -> str:
     """docs/training.md's table: seconds per epoch with DataLoader workers started by fork and
     by spawn, and without workers."""
@@ -248,7 +284,8 @@ def install_table(data: dict) -> str:
 TABLES = {"digits": digits_table, "install": install_table, "models": models_table,
           "attention": attention_table, "small_folder": small_folder_table,
           "workers": workers_table, "vit_data_scaling": scaling_table, "cait": cait_table,
-          "coat": coat_table, "attention_localisation": localisation_table}
+          "coat": coat_table, "attention_localisation": localisation_table,
+          "distillation": distillation_table, "drop_path": drop_path_table}
 
 
 def table(path, part: str | None = None) -> str:

@@ -175,6 +175,20 @@ def case_cross_entropy(r):
                                           label_smoothing=0.1))
 
 
+def case_hard_distillation(r):
+    labels, teacher = np.array([0, 3, 4, 1, 3, 2]), np.array([0, 1, 4, 4, 2, 2])
+    return Case({"logits": r.standard_normal((6, 5)) * 2, "logits_dist": r.standard_normal((6, 5))},
+                lambda i: training.hard_distillation_forward(i["logits"], i["logits_dist"], labels,
+                                                             teacher, 0.1),
+                lambda d, c: dict(zip(("logits", "logits_dist"),
+                                      training.hard_distillation_backward(d, c))),
+                lambda i: training.hard_distillation(i["logits"], i["logits_dist"], labels,
+                                                     teacher, 0.1),
+                lambda t: 0.5 * F.cross_entropy(t["logits"], torch.from_numpy(labels),
+                                                label_smoothing=0.1)
+                + 0.5 * F.cross_entropy(t["logits_dist"], torch.from_numpy(teacher)))
+
+
 def case_drop_path(r):
     mask = layers.drop_path_mask(6, 0.5, np.random.default_rng(2), np.float64)
     assert {0.0, 2.0} == set(mask.tolist())
@@ -587,7 +601,8 @@ def case_parallel_block(mode):
 CASES = {
     "linear": case_linear, "layer_norm": case_layer_norm, "gelu": case_gelu,
     "softmax_last": case_softmax(-1), "softmax_tokens": case_softmax(1), "mlp": case_mlp,
-    "cross_entropy_label_smoothing": case_cross_entropy, "drop_path": case_drop_path,
+    "cross_entropy_label_smoothing": case_cross_entropy,
+    "hard_distillation": case_hard_distillation, "drop_path": case_drop_path,
     "patch_embed": case_patch_embed, "class_token": case_class_token,
     "pos_embed": case_pos_embed,
     "attention": case_attention("none"), "attention_bool_mask": case_attention("bool"),
@@ -686,7 +701,8 @@ def test_block_gradients_match_finite_differences(name):
 
 # --- whole models -------------------------------------------------------------------------------
 
-MODEL_CASES = [(n, {}) for n in DIGITS] + [("cait_digits", {"class_token_in_keys": False}),
+MODEL_CASES = [(n, {}) for n in DIGITS] + [("vit_digits", {"distilled": True}),
+                                           ("cait_digits", {"class_token_in_keys": False}),
                                            ("coat_digits", {"parallel_mode": "cross_attention"}),
                                            ("coat_lite_digits", {"serial_depths": (1, 0, 1, 1)}),
                                            ("coat_digits", {"serial_depths": (0, 1, 0, 1)})]
@@ -729,6 +745,47 @@ def test_model_gradients_match_autograd(name, kwargs, dtype):
     errors = rel_errors(grads, ref)
     worst = max(errors, key=errors.get)
     assert errors[worst] <= TOL[dtype], (worst, errors[worst])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["fp64", "fp32"])
+def test_distilled_model_gradients_through_both_heads_match_autograd(dtype):
+    """DeiT's distillation token and head in distilled training: both heads' logits, the hard
+    distillation loss (class head: the labels, smoothed; distillation head: a teacher's
+    classes), and the gradient of every parameter -- the two tokens and the two heads
+    included -- and of the images, against autograd on the PyTorch model in training mode
+    (stochastic depth off, so that both compute the same function)."""
+    kwargs = dict(distilled=True, drop_path_rate=0.0)
+    torch.manual_seed(0)
+    model = vit_scratch.create_model("vit_digits", **kwargs).to(TORCH_DTYPE[dtype]).train()
+    vit_scratch.randomize_weights_(model, seed=3)
+    model.set_distilled_training(True)
+    images = np.random.default_rng(4).standard_normal((3, 1, 24, 24)).astype(dtype)
+    labels, teacher = np.array([1, 7, 3]), np.array([1, 2, 9])
+    x = torch.tensor(images, requires_grad=True)
+    logits_t, dist_t = model(x)
+    (0.5 * F.cross_entropy(logits_t, torch.from_numpy(labels), label_smoothing=0.1)
+     + 0.5 * F.cross_entropy(dist_t, torch.from_numpy(teacher))).backward()
+    ref = {k: p.grad.numpy() for k, p in model.named_parameters()}
+    ref["images"] = x.grad.numpy()
+
+    np_model = vit_scratch.create_numpy_model(
+        "vit_digits", vit_scratch.state_dict_to_numpy(model.state_dict()), **kwargs)
+    np_model.set_distilled_training(True)
+    (logits, dist), cache = np_model.forward_with_cache(images)
+    same = 1e-12 if dtype == np.float64 else 1e-5
+    assert max(np.abs(logits - logits_t.detach().numpy()).max(),
+               np.abs(dist - dist_t.detach().numpy()).max()) <= same
+    loss, c_loss = training.hard_distillation_forward(logits, dist, labels, teacher, 0.1)
+    dimages, grads = np_model.backward(list(training.hard_distillation_backward(1.0, c_loss)),
+                                       cache)
+    grads["images"] = dimages
+    assert list(grads) == list(ref)
+    assert {"dist_token", "head_dist.weight", "head_dist.bias"} <= set(grads)
+    errors = rel_errors(grads, ref)
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= TOL[dtype], (worst, errors[worst])
+    with pytest.raises(ValueError, match="dout must be a list of 2 arrays"):
+        np_model.backward(np.zeros_like(logits), cache)  # the pair takes the pair's gradients
 
 
 def test_shared_tensors_are_one_array_and_get_one_gradient():

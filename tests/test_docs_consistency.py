@@ -447,3 +447,18 @@ def test_checkpoint_sizes_quoted_in_training_md():
     (lite, lite_once), (full, full_once) = megabytes("coat_lite_tiny"), megabytes("coat_tiny")
     assert (f"CoaT-Lite Tiny's weights take {lite:.1f} MB of its file instead of {lite_once:.1f} "
             f"MB, CoaT Tiny's {full:.1f} MB instead of {full_once:.1f} MB") in text
+
+
+def test_readme_quotes_the_distilled_run_from_its_metrics():
+    """The README's distillation command: the accuracies it quotes are the committed run's."""
+    runs = ROOT / "benchmarks/results/runs"
+    readme = page_text("README.md")
+    for name in ("vit_digits_distilled", "coat_lite_digits"):
+        metrics = json.loads((runs / name / "metrics.json").read_text(encoding="utf-8"))
+        assert f"{100 * metrics['test_accuracy']:.1f}%" in readme, name
+        if name == "vit_digits_distilled":
+            assert (f"epoch, {metrics['selected_epoch']} of {metrics['epochs_done']}; "
+                    f"{metrics['cpu_seconds']:.0f} s of CPU time") in readme
+    settings = json.loads((runs / "vit_digits_distilled/settings.json").read_text(encoding="utf-8"))
+    assert settings["settings"]["teacher"] == "runs/coat_lite_digits"
+    assert settings["settings"]["model_kwargs"] == {"distilled": True}

@@ -86,7 +86,10 @@ def test_list_models():
     assert names == sorted(names)
     assert {"vit_tiny_patch16_224", "vit_small_patch16_224", "vit_base_patch16_224",
             "deit_tiny_patch16_224", "deit_small_patch16_224", "vit_digits"} <= set(names)
-    assert vit_scratch.list_models("deit_*") == ["deit_small_patch16_224", "deit_tiny_patch16_224"]
+    assert vit_scratch.list_models("deit_*") == [
+        "deit_base_distilled_patch16_224", "deit_base_distilled_patch16_384",
+        "deit_small_distilled_patch16_224", "deit_small_patch16_224",
+        "deit_tiny_distilled_patch16_224", "deit_tiny_patch16_224"]
 
 
 def test_get_config_overrides():

@@ -83,7 +83,13 @@ def test_forward_head_and_pre_logits(pair):
         logits = model(x)
     assert pooled.shape == (2, model.num_features)
     assert logits.shape == (2, model.num_classes)
-    assert max_abs_diff(model.get_classifier()(pooled), logits) < 1e-6
+    heads = model.get_classifier()
+    if isinstance(heads, tuple):  # DeiT's distilled models: each token its head, then the average
+        expected = sum(head(feats[:, i]) for i, head in enumerate(heads)) / len(heads)
+        assert max_abs_diff(expected, logits) < 1e-6
+        assert max_abs_diff(feats[:, :len(heads)].mean(1), pooled) < 1e-6
+    else:
+        assert max_abs_diff(heads(pooled), logits) < 1e-6
     np_feats = np_model.forward_features(x.numpy())
     assert max_abs_diff(np_model.forward_head(np_feats, pre_logits=True), pooled) < 1e-4
     assert max_abs_diff(np_model(x.numpy()), logits) < 1e-4
@@ -96,7 +102,8 @@ def test_reset_classifier(pair):
     model.reset_classifier(5)
     assert model.num_classes == 5 and model.cfg.num_classes == 5
     assert model.pretrained_cfg["num_classes"] == 5
-    assert model.get_classifier().out_features == 5
+    heads = model.get_classifier()
+    assert all(head.out_features == 5 for head in (heads if isinstance(heads, tuple) else [heads]))
     with torch.no_grad():
         assert model(x).shape == (2, 5)
     model.reset_classifier(0)
@@ -166,7 +173,9 @@ def test_pretrained_cfg_matches_timm(name):
 
     ours = vit_scratch.get_pretrained_cfg(name)
     theirs = get_pretrained_cfg(f"{name}.{ours['tag']}").to_dict()  # timm's registry: no model
-    for key in ("input_size", "mean", "std", "crop_pct", "interpolation", "num_classes"):
+    timm_keys = ("fixed_input_size", "first_conv", "classifier")
+    for key in ("input_size", "mean", "std", "crop_pct", "interpolation", "num_classes") + \
+            tuple(k for k in timm_keys if k in ours):
         assert tuple(np.atleast_1d(ours[key])) == tuple(np.atleast_1d(theirs[key])), key
     for key in ("first_conv", "classifier", "pool_size", "crop_mode", "tag", "license",
                 "hf_hub_id"):
@@ -201,3 +210,82 @@ def test_forward_features_and_head():
     feats = model.forward_features(x)
     assert feats.shape == (2, 5, 192)
     assert torch.equal(model(x), feats[:, 0])  # num_classes=0: the class token's features
+
+
+# --- DeiT's distilled models ------------------------------------------------------------------
+
+DISTILLED = vit_scratch.list_models("deit_*distilled*")
+
+
+def test_the_distilled_names_are_timms():
+    import timm
+
+    assert DISTILLED == timm.list_models("deit_*distilled*") == [
+        "deit_base_distilled_patch16_224", "deit_base_distilled_patch16_384",
+        "deit_small_distilled_patch16_224", "deit_tiny_distilled_patch16_224"]
+    for name in DISTILLED:
+        assert vit_scratch.get_pretrained_cfg(name)["classifier"] == ("head", "head_dist")
+        assert vit_scratch.get_config(name).distilled
+
+
+def test_distilled_model_answers_as_timms():
+    """forward_features puts both tokens first; in training mode with set_distilled_training the
+    model returns both heads' logits (timm's pair), otherwise -- training without it, or eval --
+    their average; the NumPy twin gives the same features, average and pair."""
+    kwargs = dict(img_size=32, depth=2)
+    oracle, ours = make_pair("deit_tiny_distilled_patch16_224", seed=5, **kwargs)
+    np_model = vit_scratch.create_numpy_model(
+        "deit_tiny_distilled_patch16_224", vit_scratch.state_dict_to_numpy(ours.state_dict()),
+        **kwargs)
+    x = _images(ours, seed=6)
+    assert ours.num_prefix_tokens == oracle.num_prefix_tokens == np_model.num_prefix_tokens == 2
+    assert ours.distilled_training is oracle.distilled_training is False
+    assert [type(h).__name__ for h in ours.get_classifier()] == ["Linear", "Linear"]
+    with torch.no_grad():
+        feats, feats_t = ours.forward_features(x), oracle.forward_features(x)
+        assert feats.shape == (2, 2 + 4, 192) and max_abs_diff(feats, feats_t) < 1e-5
+        average = ours(x)
+        assert max_abs_diff(average, (ours.head(feats[:, 0]) + ours.head_dist(feats[:, 1])) / 2) < 1e-6
+        assert max_abs_diff(average, oracle(x)) < 1e-5
+        assert torch.equal(ours.train()(x), ours.eval()(x))  # training, not distilled: the average
+        for m in (ours, oracle):
+            m.set_distilled_training(True)
+            m.train()
+        pair, pair_t = ours(x), oracle(x)
+        assert isinstance(pair, tuple) and len(pair) == 2
+        assert max_abs_diff(pair, pair_t) < 1e-5
+        assert max_abs_diff((pair[0] + pair[1]) / 2, average) < 1e-6
+        assert max_abs_diff(pair[0], pair[1]) > 1e-3  # two heads on two tokens
+        assert torch.equal(ours.eval()(x), average)  # eval: the average again
+    assert max_abs_diff(np_model.forward_features(x.numpy()), feats) < 1e-4
+    assert max_abs_diff(np_model(x.numpy()), average) < 1e-4
+    np_model.set_distilled_training(True)
+    np_pair, _ = np_model.forward_with_cache(x.numpy())
+    assert max_abs_diff(np_pair, pair) < 1e-4
+    assert max_abs_diff(np_model(x.numpy()), average) < 1e-4  # inference stays the average
+
+
+def test_distilled_class_follows_the_config():
+    from vit_scratch.numpy_nn import vit as np_vit
+    from vit_scratch.torch_nn import vit as torch_vit
+
+    small = dict(img_size=32, depth=1, num_classes=3)
+    plain = vit_scratch.create_model("vit_tiny_patch16_224", distilled=True, **small)
+    assert type(plain) is torch_vit.VisionTransformerDistilled
+    assert "dist_token" in plain.state_dict() and plain.pos_embed.shape == (1, 2 + 4, 192)
+    assert type(vit_scratch.create_model("deit_tiny_distilled_patch16_224", distilled=False,
+                                         **small)) is torch_vit.VisionTransformer
+    assert type(torch_vit.VisionTransformerDistilled(embed_dim=24, num_heads=2, **small)) is \
+        torch_vit.VisionTransformerDistilled  # the class alone is distilled, as timm's
+    cfg = vit_scratch.get_config("deit_tiny_distilled_patch16_224", **small)
+    with pytest.raises(ValueError, match="distilled=True is built by VisionTransformerDistilled, "
+                                         "not VisionTransformer"):
+        torch_vit.VisionTransformer(cfg)
+    params = vit_scratch.state_dict_to_numpy(plain.state_dict())
+    with pytest.raises(ValueError, match="distilled=True is built by VisionTransformerDistilled"):
+        np_vit.VisionTransformer(cfg, params)
+    with pytest.raises(ValueError, match="distilled=False is built by VisionTransformer, not "
+                                         "VisionTransformerDistilled"):
+        torch_vit.VisionTransformerDistilled(cfg.replace(distilled=False))
+    assert vit_scratch.models.family_of(type(plain)) is vit_scratch.models.lookup(
+        "vit_tiny_patch16_224")[0]  # the subclass is the ViT family's

@@ -303,6 +303,31 @@ def test_vit_float64(rng, cfg):
         assert max_abs_diff(a, b) < F64
 
 
+@pytest.mark.parametrize("cfg", SMALL_CONFIGS[:2], ids=lambda c: f"{c.img_size}-{c.embed_dim}")
+def test_distilled_vit_float64(rng, cfg):
+    """DeiT's distillation token in both rooms: the same tokens (class, distillation, patches),
+    the same average of the two heads, the same attention maps, near float64 precision."""
+    cfg = cfg.replace(distilled=True)
+    model = t_vit.VisionTransformerDistilled(cfg).double().eval()
+    randomize_weights_(model, seed=7, std=0.1)
+    params = state_dict_to_numpy(model.state_dict())
+    assert {k: v.shape for k, v in params.items()} == vit_param_shapes(cfg)
+    np_model = np_vit.VisionTransformerDistilled(cfg, params)
+    x = rng.standard_normal((2, cfg.in_chans, *cfg.img_size))
+    with torch.no_grad():
+        features = model.forward_features(t(x))
+        assert max_abs_diff(np_model.forward_features(x), features) < F64
+        assert max_abs_diff(np_model(x), model(t(x))) < F64
+        pooled = model.forward_head(features, pre_logits=True)
+    assert max_abs_diff(np_model.forward_head(np_model.forward_features(x), pre_logits=True),
+                        pooled) < F64
+    assert max_abs_diff(pooled, (features[:, 0] + features[:, 1]) / 2) < F64
+    for a, b in zip(np_model.get_attention_maps(x), model.get_attention_maps(t(x))):
+        assert a.shape[-1] == 2 + cfg.num_patches and max_abs_diff(a, b) < F64
+    # the distillation token is not a copy of the class token: the two heads read different rows
+    assert max_abs_diff(features[:, 0], features[:, 1]) > 1e-3
+
+
 @pytest.mark.parametrize("additive", [False, True])
 def test_query_with_nothing_to_attend_gets_zero_weights(rng, additive):
     """Both rooms and both PyTorch paths agree: all-zero weights, zero output, finite gradient."""

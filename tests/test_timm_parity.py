@@ -27,7 +27,8 @@ PARITY = {
 }
 #: Names checked at full size, at their native input size: the smallest timm name of each family
 #: (CoaT: Lite and not).  The ``*_digits`` names are small already and run as they are.
-FULL_SIZE = {"vit_tiny_patch16_224", "cait_xxs24_224", "coat_lite_tiny", "coat_tiny"}
+FULL_SIZE = {"vit_tiny_patch16_224", "deit_tiny_distilled_patch16_224", "cait_xxs24_224",
+             "coat_lite_tiny", "coat_tiny"}
 #: timm's coat_small builder takes no depth overrides: its own depths, at 64².
 TIMM_FIXED_DEPTHS = {"coat_small"}
 
@@ -230,6 +231,36 @@ def test_224_checkpoint_runs_at_other_sizes(tmp_path, img_size):
         img_size=img_size)
     with torch.no_grad():
         assert max_abs_diff(np_model(x.numpy()), oracle(x)) <= 1e-4
+
+
+def test_distilled_checkpoint_loads_strictly_and_at_another_size(tmp_path):
+    """A timm DeiT⚗ checkpoint: strictly into the same model (logits and the training pair
+    equal), and into one built for 96² where its pos_embed -- two prefix entries, the class and
+    the distillation token's, then the 4×4 grid -- is resized as timm's checkpoint filter
+    resizes it."""
+    import timm
+    from timm.models.vision_transformer import checkpoint_filter_fn
+
+    name, small = "deit_small_distilled_patch16_224", dict(img_size=64, depth=2)
+    source, _ = make_pair(name, seed=8, **small)
+    path = tmp_path / "deit_small_distilled_64.pth"
+    torch.save(source.state_dict(), path)  # timm's own file: no metadata
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(3))
+    same = load_checkpoint(vit_scratch.create_model(name, **small), path).eval()
+    with torch.no_grad():
+        assert max_abs_diff(same(x), source(x)) <= TORCH_TOL
+        for m in (same, source):
+            m.set_distilled_training(True)
+            m.train()
+        assert max_abs_diff(same(x), source(x)) <= TORCH_TOL  # the pair
+    ours = load_checkpoint(vit_scratch.create_model(name, img_size=96, depth=2), path).eval()
+    assert ours.pos_embed.shape == (1, 2 + 36, 384)
+    oracle = timm.create_model(name, img_size=96, depth=2).eval()
+    oracle.load_state_dict(checkpoint_filter_fn(source.state_dict(), oracle), strict=True)
+    x = torch.randn(2, 3, 96, 96, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert max_abs_diff(ours.pos_embed, oracle.pos_embed) <= 1e-6
+        assert max_abs_diff(ours(x), oracle(x)) <= TORCH_TOL
 
 
 def test_checkpoint_at_another_resolution(tmp_path):

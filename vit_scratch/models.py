@@ -10,7 +10,8 @@ A name may carry the tag of its published weights, as timm's do (``deit_tiny_pat
 :data:`FAMILIES` has one line per family: its torch-free spec module (config, key/shape table,
 and ``MODELS``, the names it registers) and its model class in each room.  The room classes are
 looked up on first use, so ``import vit_scratch`` does not import PyTorch and a NumPy model
-builds without it.
+builds without it.  A config may ask for a subclass of its family's class
+(``cls.class_for(cfg)``: ViT's ``distilled=True`` is ``VisionTransformerDistilled``).
 """
 from __future__ import annotations
 
@@ -205,7 +206,7 @@ def build_model(family: Family, spec: ModelSpec, cfg, device=None, dtype=None,
     else:
         place = contextlib.nullcontext()
     with place:
-        model = family.torch_class()(cfg)
+        model = family.torch_class().class_for(cfg)(cfg)
     if dtype is not None:
         model = model.to(dtype=dtype)
     model.pretrained_cfg = spec.pretrained_cfg_for(cfg)
@@ -245,7 +246,7 @@ def build_numpy_model(family: Family, spec: ModelSpec, cfg, params):
         message = other_family_message(shapes, family, f"params for {spec.name}")
         if message:
             raise ValueError(message)
-    model = family.numpy_class()(cfg, params, name=spec.name)
+    model = family.numpy_class().class_for(cfg)(cfg, params, name=spec.name)
     model.pretrained_cfg = spec.pretrained_cfg_for(cfg)
     return model
 
@@ -306,8 +307,9 @@ def other_family_message(shapes: dict, family: Family, what: str) -> str | None:
 
 
 def family_of(model_class: type) -> Family | None:
-    """The family whose PyTorch or NumPy class ``model_class`` is (None for any other class)."""
+    """The family whose PyTorch or NumPy class ``model_class`` is, or a subclass of (ViT's
+    distilled models); None for any other class."""
     for family in FAMILIES:
-        if model_class in (family.torch_class(), family.numpy_class()):
+        if issubclass(model_class, (family.torch_class(), family.numpy_class())):
             return family
     return None

@@ -17,6 +17,8 @@ the fields' help texts -- and the trainer's public names.  The trainer itself is
                scaled-down DeiT recipe, written by hand
     runners    who computes each step: PyTorch (``--backend torch``) or the NumPy room's
                hand-written backward passes and AdamW (``--backend numpy``), one interface
+    distillation  the teacher of ``--teacher`` (DeiT's hard distillation): loaded, checked,
+               run in eval mode under no_grad; the runners hold it
     progress   the run so far: history, best epoch, patience, what ``--resume`` restores
     loop       train(settings): set-up, the epochs, save
 

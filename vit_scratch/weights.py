@@ -195,6 +195,8 @@ def load_pretrained(model: nn.Module, path) -> nn.Module:
     and the trainer's ``--pretrained`` and ``--init`` do."""
     target = unwrap_model(model)
     head = target.get_classifier() if hasattr(target, "get_classifier") else None
+    if isinstance(head, tuple):  # DeiT's distilled models: (head, head_dist), resized together
+        head = head[0]
     prefix = next((name for name, m in target.named_modules() if m is head), None)
     key = f"{prefix}.weight"
     state = read_state_dict(path)

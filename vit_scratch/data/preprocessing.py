@@ -177,14 +177,23 @@ def to_model_input(images: np.ndarray, model):
 
     model: a model, a registered name or a ``pretrained_cfg``."""
     import torch
-    import torch.nn.functional as F
 
     pcfg = resolve_pretrained_cfg(model)
-    chans, height, width = pcfg["input_size"]
     x = torch.as_tensor(np.asarray(images, dtype=np.float32))
     if x.ndim != 4:
         raise ValueError(f"images must have shape (N, C, H, W), got shape {tuple(x.shape)}")
-    if x.shape[-2:] != (height, width):
+    return torch.from_numpy(normalize(fit_input_size(x, pcfg).numpy(), pcfg))
+
+
+def fit_input_size(x, pcfg: dict):
+    """A float tensor of pictures (N, C, H, W) in [0, 1], on any device -> the size and channels
+    of ``pcfg["input_size"]``: resized with its ``interpolation`` (antialiased when shrinking)
+    and clamped to [0, 1], grey repeated to 3 channels or RGB averaged to grey.  Not normalised
+    (:func:`to_model_input` is this, then ``normalize``)."""
+    import torch.nn.functional as F
+
+    chans, height, width = pcfg["input_size"]
+    if tuple(x.shape[-2:]) != (height, width):
         mode = pcfg.get("interpolation", "bilinear")
         shrink = x.shape[-2] > height or x.shape[-1] > width
         x = F.interpolate(x, size=(height, width), mode=mode,
@@ -197,4 +206,4 @@ def to_model_input(images: np.ndarray, model):
             x = x.mean(dim=1, keepdim=True)
         else:
             raise ValueError(f"cannot turn {x.shape[1]}-channel images into {chans} channels")
-    return torch.from_numpy(normalize(x.numpy(), pcfg))
+    return x

@@ -70,6 +70,12 @@ class ModelBase:
         self.num_classes = cfg.num_classes
         self.pretrained_cfg: dict = {}  # set by vit_scratch.create_numpy_model
 
+    @classmethod
+    def class_for(cls, cfg) -> type:
+        """The class that builds ``cfg``: this one.  A family with a subclass for some configs
+        (ViT's distilled models) overrides it; the factory (``vit_scratch.models``) asks it."""
+        return cls
+
     def check_image_size(self, shape) -> None:
         """(B, C, H, W) with C = ``in_chans`` and (H, W) = ``img_size``: a position embedding
         fixes the size.  A family that takes other sizes (CoaT: any multiple of its stride)

@@ -14,7 +14,8 @@ What each piece mirrors, so a NumPy run and a PyTorch run of the same recipe tak
 
 * :func:`loss_and_grads`: ``F.cross_entropy(model(images), labels, label_smoothing=ε)`` and
   ``loss.backward()`` -- the model's ``forward_with_cache`` / ``backward`` and
-  ``layers.cross_entropy_forward`` / ``_backward``;
+  ``layers.cross_entropy_forward`` / ``_backward``; with a teacher's labels, the recipe's hard
+  distillation (:func:`hard_distillation`) through a distilled model's two heads;
 * :class:`AdamW`: ``torch.optim.AdamW`` (Loshchilov & Hutter, "Decoupled Weight Decay
   Regularization", ICLR 2019, https://arxiv.org/abs/1711.05101), the same update in the same
   order of operations;
@@ -35,11 +36,12 @@ import numpy as np
 
 from .. import checkpoint_checks
 from ..schedule import lr_at
-from .backprop import trainable_params
+from .backprop import Cache, check_backward, trainable_params
 from ._fast import split_batch
 from .layers import cross_entropy, cross_entropy_backward, cross_entropy_forward
 
-__all__ = ["AdamW", "Step", "decays", "loss_and_grads", "lr_at", "train_step", "trainable_params"]
+__all__ = ["AdamW", "Step", "decays", "hard_distillation", "loss_and_grads", "lr_at", "train_step",
+           "trainable_params"]
 
 
 def decays(key: str, value: np.ndarray) -> bool:
@@ -156,8 +158,42 @@ class AdamW:
         self.exp_avg_sq = {k: np.array(v, dtype=self.dtype) for k, v in state["exp_avg_sq"].items()}
 
 
+def hard_distillation(logits: np.ndarray, logits_dist: np.ndarray, labels: np.ndarray,
+                      teacher_labels: np.ndarray, label_smoothing: float = 0.0) -> np.ndarray:
+    """DeiT's hard distillation (Touvron et al. 2021, §4), the trainer's objective with a
+    teacher (``vit_scratch.training.recipe.objective``): the class head learns the labels (with
+    label smoothing), the distillation head the teacher's predicted classes,
+
+        loss = ½ · CE(logits, labels, ε) + ½ · CE(logits_dist, teacher_labels)
+
+    logits, logits_dist: (B, num_classes); labels, teacher_labels: (B,) ints.  -> a 0-d array,
+    the mean over the batch."""
+    return (0.5 * cross_entropy(logits, labels, label_smoothing)
+            + 0.5 * cross_entropy(logits_dist, teacher_labels))
+
+
+def hard_distillation_forward(logits, logits_dist, labels, teacher_labels,
+                              label_smoothing: float = 0.0):
+    """:func:`hard_distillation` -> (loss, cache)."""
+    ce, c_ce = cross_entropy_forward(logits, labels, label_smoothing)
+    ce_dist, c_dist = cross_entropy_forward(logits_dist, teacher_labels)
+    loss = 0.5 * ce + 0.5 * ce_dist
+    return loss, Cache("hard_distillation", loss, ce=c_ce, ce_dist=c_dist)
+
+
+def hard_distillation_backward(dloss, cache: Cache):
+    """A sum of two halves: each head gets half of ``dloss`` through its own cross-entropy,
+
+        ∂L/∂logits = ½ · (p - t) / B,   ∂L/∂logits_dist = ½ · (p_dist - one_hot(y_t)) / B
+
+    (p: the softmax of each head, t: the smoothed target).  -> (dlogits, dlogits_dist)."""
+    dloss = check_backward("hard_distillation", dloss, cache)
+    return (cross_entropy_backward(0.5 * dloss, cache.ce),
+            cross_entropy_backward(0.5 * dloss, cache.ce_dist))
+
+
 def loss_and_grads(model, images, labels, label_smoothing: float = 0.0, rng=None,
-                   threads: int = 1):
+                   threads: int = 1, teacher_labels=None):
     """The mean cross-entropy (with label smoothing) of a NumPy model on a batch, and its
     gradient with respect to every parameter.
 
@@ -167,7 +203,10 @@ def loss_and_grads(model, images, labels, label_smoothing: float = 0.0, rng=None
     many threads (``_fast.split_batch``) -- each chunk's loss is a mean over the chunk, so
     its gradient is weighted by its share of the batch, and the chunks' gradients add up to
     the batch's.  The stochastic-depth masks are the same for any number of threads: each
-    chunk takes its rows of draws made for the whole batch.
+    chunk takes its rows of draws made for the whole batch.  ``teacher_labels`` (B,): a
+    teacher's predicted classes for a distilled model in distilled training (its
+    ``forward_with_cache`` gives both heads): the loss is :func:`hard_distillation`, and the
+    logits returned are the two heads' average, what the model predicts at inference.
     ->  (loss (float), {canonical key: gradient}, logits (B, num_classes))"""
     images = model.prepare_images(images)
     labels = np.asarray(labels)
@@ -176,14 +215,30 @@ def loss_and_grads(model, images, labels, label_smoothing: float = 0.0, rng=None
         raise ValueError(f"labels must have shape (B,) = ({B},) for {B} images, got shape "
                          f"{labels.shape}")
     draws = None if rng is None else _BatchDraws(rng, B)
+    distilling = teacher_labels is not None
+    if distilling:
+        teacher_labels = np.asarray(teacher_labels)
+        if teacher_labels.shape != (B,):
+            raise ValueError(f"teacher_labels must have shape (B,) = ({B},), got shape "
+                             f"{teacher_labels.shape}")
+        if not getattr(model, "distilled_training", False):
+            raise ValueError(f"teacher_labels need a distilled model in distilled training "
+                             f"({model.name}: set_distilled_training(True))")
 
     def chunk(rows: np.ndarray):
         lo, hi = int(rows[0]), int(rows[-1]) + 1
         logits, cache = model.forward_with_cache(
             images[lo:hi], rng=None if draws is None else draws.rows(lo, hi))
-        loss, c_loss = cross_entropy_forward(logits, labels[lo:hi], label_smoothing)
         share = (hi - lo) / B  # the chunk's weight in the batch mean
-        _, grads = model.backward(cross_entropy_backward(share, c_loss), cache)
+        if distilling:  # logits: the pair (class head, distillation head)
+            loss, c_loss = hard_distillation_forward(*logits, labels[lo:hi],
+                                                     teacher_labels[lo:hi], label_smoothing)
+            dlogits = list(hard_distillation_backward(share, c_loss))
+            logits = (logits[0] + logits[1]) / 2  # the prediction
+        else:
+            loss, c_loss = cross_entropy_forward(logits, labels[lo:hi], label_smoothing)
+            dlogits = cross_entropy_backward(share, c_loss)
+        _, grads = model.backward(dlogits, cache)
         return float(loss) * share, grads, logits
 
     if B == 0:
@@ -238,15 +293,17 @@ class Step(NamedTuple):
 
 
 def train_step(model, optimizer: AdamW, images, labels, lr: float, label_smoothing: float = 0.0,
-               rng=None, threads: int = 1) -> Step:
+               rng=None, threads: int = 1, teacher_labels=None) -> Step:
     """One optimisation step on a batch: forward, loss, backward, AdamW at learning rate ``lr``.
     Returns ``Step(loss, correct, cross_entropy)``, as the PyTorch trainer's ``train_step``.
 
     A loss or gradient that is not finite stops training with a ``FloatingPointError`` naming
     the step, *before* the update: the weights stay those of the last good step.  A learning
-    rate that is NaN, infinite or negative is refused before anything is computed."""
+    rate that is NaN, infinite or negative is refused before anything is computed.
+    ``teacher_labels``: hard distillation (:func:`loss_and_grads`)."""
     check_rate(lr, "lr")
-    loss, grads, logits = loss_and_grads(model, images, labels, label_smoothing, rng, threads)
+    loss, grads, logits = loss_and_grads(model, images, labels, label_smoothing, rng, threads,
+                                         teacher_labels)
     step = optimizer.steps + 1
     if not math.isfinite(loss):
         raise FloatingPointError(f"the loss is {loss} at step {step}; training stopped before "
@@ -257,5 +314,6 @@ def train_step(model, optimizer: AdamW, images, labels, lr: float, label_smoothi
                                  f"{loss:.4g}); training stopped before the update")
     optimizer.step(grads, lr)
     labels = np.asarray(labels)
-    plain = loss if label_smoothing == 0 else float(cross_entropy(logits, labels))
+    plain = (loss if label_smoothing == 0 and teacher_labels is None
+             else float(cross_entropy(logits, labels)))
     return Step(loss, int((logits.argmax(axis=-1) == labels).sum()), plain)

@@ -4,6 +4,9 @@
     for each block:  x = x + attn(norm1(x));  x = x + mlp(norm2(x))
     logits = head(norm(x)[:, 0])                               # (B, num_classes)
 
+DeiT's distilled models (``VisionTransformerDistilled``) put a distillation token after the
+class token and average two heads: ``(head(x[:, 0]) + head_dist(x[:, 1])) / 2``.
+
 :func:`block` is followed by its ``_forward`` and ``_backward`` (CS231n's pairing); the model
 checks its images once (``prepare_images``) and runs the unchecked cores.
 """
@@ -17,7 +20,7 @@ from .attention import (_multi_head_attention, multi_head_attention_backward,
                         multi_head_attention_forward)
 from .backprop import Cache, check_backward, check_trainable, model_gradients
 from .base import ModelBase
-from .layers import (_layer_norm, drop_path_backward, drop_path_forward, drop_path_mask,
+from .layers import (_layer_norm, _linear, drop_path_backward, drop_path_forward, drop_path_mask,
                      layer_norm_backward, layer_norm_forward, linear_backward, linear_forward,
                      _mlp, mlp_backward, mlp_forward, mlp_grads, mlp_params, sub_params)
 from .patch_embed import (_add_class_token, _patch_embed, add_class_token_backward,
@@ -100,10 +103,19 @@ class VisionTransformer(ModelBase):
     param_shapes = staticmethod(vit_param_shapes)
     num_prefix_tokens = 1
 
-    def __init__(self, cfg: ViTConfig, params: dict, name: str = "VisionTransformer"):
+    def __init__(self, cfg: ViTConfig, params: dict, name: str | None = None):
+        if cfg.distilled != isinstance(self, VisionTransformerDistilled):
+            raise ValueError(f"distilled={cfg.distilled} is built by "
+                             f"{self.class_for(cfg).__name__}, not {type(self).__name__} "
+                             f"(vit_scratch.create_numpy_model picks the class)")
         super().__init__(cfg, params, name)
         self.num_features = self.embed_dim = cfg.embed_dim
         self.blocks = [sub_params(self.params, f"blocks.{i}.") for i in range(cfg.depth)]
+
+    @classmethod
+    def class_for(cls, cfg: ViTConfig) -> type:
+        """The class that builds ``cfg``: ``VisionTransformerDistilled`` for ``distilled=True``."""
+        return VisionTransformerDistilled if cfg.distilled else VisionTransformer
 
     def embed(self, images: np.ndarray) -> np.ndarray:
         """images (B, C, H, W) -> tokens (B, 1 + N, C) with class token and positions."""
@@ -153,7 +165,7 @@ class VisionTransformer(ModelBase):
         images = self.prepare_images(images)
         x, c_patch = patch_embed_forward(images, p["patch_embed.proj.weight"],
                                          p["patch_embed.proj.bias"])  # (B, N, C)
-        x, c_cls = add_class_token_forward(x, p["cls_token"])  # (B, 1 + N, C)
+        x, c_prefix = self.prefix_forward(x)  # (B, prefix + N, C)
         x, c_pos = add_pos_embed_forward(x, p["pos_embed"])
         # float32 steps, as torch.linspace(0, rate, depth).tolist() gives the PyTorch blocks
         rates = np.linspace(0, cfg.drop_path_rate, cfg.depth, dtype=np.float32).tolist()
@@ -163,24 +175,123 @@ class VisionTransformer(ModelBase):
             x, c = block_forward(x, blk, cfg.num_heads, masks)
             blocks.append(c)
         x, c_norm = layer_norm_forward(x, p["norm.weight"], p["norm.bias"])
-        logits, c_head = linear_forward(x[:, 0], p["head.weight"], p["head.bias"])
-        return logits, Cache("VisionTransformer", logits, patch=c_patch, cls=c_cls, pos=c_pos,
-                             blocks=blocks, norm=c_norm, head=c_head, tokens=x.shape)
+        logits, c_head = self.head_forward(x)
+        return logits, Cache(type(self).__name__, logits, patch=c_patch, prefix=c_prefix,
+                             pos=c_pos, blocks=blocks, norm=c_norm, head=c_head, tokens=x.shape)
 
     def backward(self, dlogits, cache):
         """The chain rule from the logits back to the images, block by block in reverse.
         -> (dimages (B, C, H, W), {state_dict key: gradient} for every parameter)."""
-        dlogits = check_backward("VisionTransformer", dlogits, cache)
+        dlogits = check_backward(type(self).__name__, dlogits, cache)
         g = {}
-        dpooled, g["head.weight"], g["head.bias"] = linear_backward(dlogits, cache.head)
-        dx = np.zeros(cache.tokens, dtype=dpooled.dtype)
-        dx[:, 0] = dpooled  # only the class token reaches the head
+        dx = self.head_backward(dlogits, cache.head, cache.tokens, g)  # (B, prefix + N, C)
         dx, g["norm.weight"], g["norm.bias"] = layer_norm_backward(dx, cache.norm)
         for i in reversed(range(len(cache.blocks))):
             dx, d = block_backward(dx, cache.blocks[i])
             g.update({f"blocks.{i}.{k}": v for k, v in d.items()})
         dx, g["pos_embed"] = add_pos_embed_backward(dx, cache.pos)
-        dx, g["cls_token"] = add_class_token_backward(dx, cache.cls)
+        dx = self.prefix_backward(dx, cache.prefix, g)  # (B, N, C)
         dimages, g["patch_embed.proj.weight"], g["patch_embed.proj.bias"] = \
             patch_embed_backward(dx, cache.patch)
         return dimages, model_gradients(self, g)
+
+    def prefix_forward(self, x):
+        """Patch tokens (B, N, C) -> [cls; x] (B, 1 + N, C), and the caches."""
+        return add_class_token_forward(x, self.params["cls_token"])
+
+    def prefix_backward(self, dx, cache, g: dict):
+        """[cls; x] -> ∂L/∂x; ∂L/∂cls_token into ``g``."""
+        dx, g["cls_token"] = add_class_token_backward(dx, cache)
+        return dx
+
+    def head_forward(self, x):
+        """Final-normed tokens (B, 1 + N, C) -> logits head(x[:, 0]), and the cache."""
+        return linear_forward(x[:, 0], self.params["head.weight"], self.params["head.bias"])
+
+    def head_backward(self, dlogits, cache, tokens: tuple, g: dict):
+        """∂L/∂logits -> ∂L/∂tokens: only the class token reaches the head; the head's
+        gradients into ``g``."""
+        dpooled, g["head.weight"], g["head.bias"] = linear_backward(dlogits, cache)
+        dx = np.zeros(tokens, dtype=dpooled.dtype)
+        dx[:, 0] = dpooled
+        return dx
+
+
+class VisionTransformerDistilled(VisionTransformer):
+    """DeiT's distilled ViT in NumPy (the same class name and interface as
+    ``torch_nn.vit.VisionTransformerDistilled``): the distillation token after the class token,
+    and a second head on it; inference averages the two heads.
+
+    ``__call__`` -> the average (B, num_classes); ``forward_features`` -> (B, 2 + N, C), the
+    class and distillation tokens first.  Learning: with ``set_distilled_training(True)``,
+    :meth:`forward_with_cache` returns the pair ``(class head, distillation head)`` and
+    :meth:`backward` takes the pair of their gradients (the loss of
+    ``numpy_nn.training.loss_and_grads`` with ``teacher_labels``); without it, the average and
+    its gradient, as ``__call__``.
+    """
+
+    num_prefix_tokens = 2
+
+    def __init__(self, cfg: ViTConfig, params: dict, name: str | None = None):
+        super().__init__(cfg, params, name)
+        self.distilled_training = False
+
+    def set_distilled_training(self, enable: bool = True) -> None:
+        """``forward_with_cache`` returns both heads' logits (for the distillation loss)."""
+        self.distilled_training = bool(enable)
+
+    def embed(self, images: np.ndarray) -> np.ndarray:
+        """images (B, C, H, W) -> tokens (B, 2 + N, C): [cls; dist; patches] + positions."""
+        p = self.params
+        x = _patch_embed(self.prepare_images(images),
+                         p["patch_embed.proj.weight"], p["patch_embed.proj.bias"])  # (B, N, C)
+        x = _add_class_token(_add_class_token(x, p["dist_token"]), p["cls_token"])  # (B, 2 + N, C)
+        return x + p["pos_embed"]
+
+    def pool(self, features: np.ndarray) -> np.ndarray:
+        """forward_features' output -> (B, 2, num_features): the class and distillation tokens."""
+        return features[:, :2]
+
+    def classify(self, pooled: np.ndarray, pre_logits: bool = False) -> np.ndarray:
+        """The two heads' average (B, num_classes); with ``pre_logits`` or without heads, the
+        two tokens' average (B, C)."""
+        if pre_logits or not self.num_classes:
+            return pooled.mean(axis=1)
+        p = self.params
+        return (_linear(pooled[:, 0], p["head.weight"], p["head.bias"])
+                + _linear(pooled[:, 1], p["head_dist.weight"], p["head_dist.bias"])) / 2
+
+    def prefix_forward(self, x):
+        """Patch tokens (B, N, C) -> [cls; dist; x] (B, 2 + N, C): the distillation token put in
+        front first, then the class token in front of it."""
+        x, c_dist = add_class_token_forward(x, self.params["dist_token"])
+        x, c_cls = add_class_token_forward(x, self.params["cls_token"])
+        return x, (c_cls, c_dist)
+
+    def prefix_backward(self, dx, cache, g: dict):
+        """Peel the two tokens off in reverse: the class token's gradient, then the
+        distillation token's (each summed over the batch)."""
+        c_cls, c_dist = cache
+        dx, g["cls_token"] = add_class_token_backward(dx, c_cls)
+        dx, g["dist_token"] = add_class_token_backward(dx, c_dist)
+        return dx
+
+    def head_forward(self, x):
+        """Tokens (B, 2 + N, C) -> the pair (head(x[:, 0]), head_dist(x[:, 1])) in distilled
+        training, else their average; and the cache."""
+        p = self.params
+        logits, c_head = linear_forward(x[:, 0], p["head.weight"], p["head.bias"])
+        logits_dist, c_dist = linear_forward(x[:, 1], p["head_dist.weight"], p["head_dist.bias"])
+        out = (logits, logits_dist) if self.distilled_training else (logits + logits_dist) / 2
+        return out, (c_head, c_dist, self.distilled_training)
+
+    def head_backward(self, dlogits, cache, tokens: tuple, g: dict):
+        """The pair's gradients each to its head, or the average's halved to both:
+        ∂L/∂(head logits) = ∂L/∂(head_dist logits) = ∂L/∂avg / 2.  Each head reaches only its
+        token: ∂L/∂x[:, 0] from ``head``, ∂L/∂x[:, 1] from ``head_dist``."""
+        c_head, c_dist, pair = cache
+        d_cls, d_dist = dlogits if pair else (dlogits / 2, dlogits / 2)
+        dx = np.zeros(tokens, dtype=d_cls.dtype)
+        dx[:, 0], g["head.weight"], g["head.bias"] = linear_backward(d_cls, c_head)
+        dx[:, 1], g["head_dist.weight"], g["head_dist.bias"] = linear_backward(d_dist, c_dist)
+        return dx

@@ -4,9 +4,11 @@ Papers:
   An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale -- Dosovitskiy et al.,
   ICLR 2021, https://arxiv.org/abs/2010.11929
   Training data-efficient image transformers & distillation through attention (DeiT) --
-  Touvron et al., ICML 2021, https://arxiv.org/abs/2012.12877 (same architecture)
+  Touvron et al., ICML 2021, https://arxiv.org/abs/2012.12877 (the same architecture; its
+  distilled models add a distillation token and a second head, ``distilled=True``)
 
-Rooms: ``vit_scratch.numpy_nn.vit.VisionTransformer`` and ``vit_scratch.torch_nn.vit.VisionTransformer``.
+Rooms: ``vit_scratch.numpy_nn.vit.VisionTransformer`` and ``vit_scratch.torch_nn.vit.VisionTransformer``
+(and their subclasses ``VisionTransformerDistilled`` for ``distilled=True``, timm's class names).
 """
 from __future__ import annotations
 
@@ -38,6 +40,9 @@ class ViTConfig(PatchGridMixin, ConfigMixin):
     num_heads: int = 12
     mlp_ratio: float = 4.0
     qkv_bias: bool = True
+    # DeiT's distillation token: a second learned token beside the class token, read by a
+    # second head (head_dist) that learns from a teacher's predictions (training.recipe)
+    distilled: bool = False
     # Regularisation for training (identity in eval; the NumPy room trains with stochastic
     # depth only).
     drop_rate: float = 0.0  # dropout on embeddings, attention output and MLP
@@ -49,13 +54,20 @@ class ViTConfig(PatchGridMixin, ConfigMixin):
         for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
             validation.check_probability(getattr(self, name), name)
 
+    @property
+    def num_prefix_tokens(self) -> int:
+        """Tokens before the patch tokens, each with a position embedding: the class token, and
+        the distillation token of a distilled model."""
+        return 2 if self.distilled else 1
+
 
 def vit_param_shapes(cfg: ViTConfig) -> dict[str, tuple[int, ...]]:
     """The ``state_dict`` of a ViT as ``{key: shape}``, in the order PyTorch lists it."""
     C, H, p = cfg.embed_dim, cfg.mlp_hidden, cfg.patch_size
     shapes = {
         "cls_token": (1, 1, C),
-        "pos_embed": (1, 1 + cfg.num_patches, C),
+        "pos_embed": (1, cfg.num_prefix_tokens + cfg.num_patches, C),
+        **({"dist_token": (1, 1, C)} if cfg.distilled else {}),
         "patch_embed.proj.weight": (C, cfg.in_chans, p, p),
         "patch_embed.proj.bias": (C,),
     }
@@ -64,6 +76,8 @@ def vit_param_shapes(cfg: ViTConfig) -> dict[str, tuple[int, ...]]:
     shapes["norm.weight"] = (C,)
     shapes["norm.bias"] = (C,)
     shapes.update(head_param_shapes(C, cfg.num_classes))
+    if cfg.distilled:
+        shapes.update(head_param_shapes(C, cfg.num_classes, "head_dist"))
     return shapes
 
 
@@ -87,8 +101,9 @@ def mlp_param_shapes(C: int, hidden: int, prefix: str = "mlp.") -> dict[str, tup
             f"{prefix}fc2.weight": (C, hidden), f"{prefix}fc2.bias": (C,)}
 
 
-def head_param_shapes(C: int, num_classes: int) -> dict[str, tuple[int, ...]]:
-    return {"head.weight": (num_classes, C), "head.bias": (num_classes,)} if num_classes else {}
+def head_param_shapes(C: int, num_classes: int, name: str = "head") -> dict[str, tuple[int, ...]]:
+    return ({f"{name}.weight": (num_classes, C), f"{name}.bias": (num_classes,)} if num_classes
+            else {})
 
 
 # Google's ViT checkpoints (augreg) were trained on inputs scaled to [-1, 1]: mean = std = 0.5.
@@ -129,6 +144,42 @@ def deit_tiny_patch16_224() -> ViTConfig:
 def deit_small_patch16_224() -> ViTConfig:
     """DeiT-S: the ViT-S/16 architecture, ImageNet normalisation."""
     return ViTConfig(patch_size=16, embed_dim=384, depth=12, num_heads=6)
+
+
+# DeiT's distilled models: the same architectures with a distillation token and a second head
+# (inference averages the two heads); timm's pretrained_cfg names both classifiers.
+_DEIT_DISTILLED = dict(_DEIT, fixed_input_size=True, first_conv="patch_embed.proj",
+                       classifier=("head", "head_dist"))
+
+
+@MODELS.register(pretrained_cfg=dict(
+    _DEIT_DISTILLED, hf_hub_id="timm/deit_tiny_distilled_patch16_224.fb_in1k"))
+def deit_tiny_distilled_patch16_224() -> ViTConfig:
+    """DeiT-Ti⚗: DeiT-Ti with a distillation token and head (5.9 M parameters)."""
+    return ViTConfig(patch_size=16, embed_dim=192, depth=12, num_heads=3, distilled=True)
+
+
+@MODELS.register(pretrained_cfg=dict(
+    _DEIT_DISTILLED, hf_hub_id="timm/deit_small_distilled_patch16_224.fb_in1k"))
+def deit_small_distilled_patch16_224() -> ViTConfig:
+    """DeiT-S⚗: DeiT-S with a distillation token and head (22.4 M parameters)."""
+    return ViTConfig(patch_size=16, embed_dim=384, depth=12, num_heads=6, distilled=True)
+
+
+@MODELS.register(pretrained_cfg=dict(
+    _DEIT_DISTILLED, hf_hub_id="timm/deit_base_distilled_patch16_224.fb_in1k"))
+def deit_base_distilled_patch16_224() -> ViTConfig:
+    """DeiT-B⚗: ViT-B/16 with a distillation token and head (87.3 M parameters)."""
+    return ViTConfig(patch_size=16, embed_dim=768, depth=12, num_heads=12, distilled=True)
+
+
+@MODELS.register(pretrained_cfg=dict(
+    _DEIT_DISTILLED, input_size=(3, 384, 384), crop_pct=1.0,
+    hf_hub_id="timm/deit_base_distilled_patch16_384.fb_in1k"))
+def deit_base_distilled_patch16_384() -> ViTConfig:
+    """DeiT-B⚗ at 384² (fine-tuned at that resolution): a 24×24 patch grid (87.6 M parameters)."""
+    return ViTConfig(img_size=384, patch_size=16, embed_dim=768, depth=12, num_heads=12,
+                     distilled=True)
 
 
 # Small configurations for the offline data (scikit-learn's 8×8 digits; ``base.DIGITS_CFG``).

@@ -88,6 +88,12 @@ class ModelBase(nn.Module):
         self.feature_info = cfg.feature_info  # what forward_intermediates returns (timm's)
         self.pretrained_cfg: dict = {}  # set by vit_scratch.create_model for a registered name
 
+    @classmethod
+    def class_for(cls, cfg) -> type:
+        """The class that builds ``cfg``: this one.  A family with a subclass for some configs
+        (ViT's distilled models) overrides it; the factory (``vit_scratch.models``) asks it."""
+        return cls
+
     @property
     def default_cfg(self) -> dict:  # timm's older name for pretrained_cfg
         return self.pretrained_cfg

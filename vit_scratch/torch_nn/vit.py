@@ -4,6 +4,13 @@
     for each block:  x = x + attn(norm1(x));  x = x + mlp(norm2(x))
     logits = head(norm(x)[:, 0])                               # (B, num_classes)
 
+DeiT's distilled models (``VisionTransformerDistilled``, ``distilled=True``) add a second
+learned token and a second head:
+
+    tokens = [cls; dist; patch_embed(images)] + pos_embed      # (B, 2 + N, C)
+    x = norm(blocks(tokens))
+    logits = (head(x[:, 0]) + head_dist(x[:, 1])) / 2          # inference: the two heads' average
+
 Parameter names follow timm (``blocks.3.attn.qkv.weight``), so timm's state_dict loads strictly.
 """
 from __future__ import annotations
@@ -58,13 +65,18 @@ class VisionTransformer(ModelBase):
 
     def __init__(self, cfg: ViTConfig | None = None, **kwargs):
         cfg = ViTConfig.build(cfg, **kwargs)
+        if cfg.distilled != isinstance(self, VisionTransformerDistilled):
+            raise ValueError(f"distilled={cfg.distilled} is built by "
+                             f"{self.class_for(cfg).__name__}, not {type(self).__name__} "
+                             f"(vit_scratch.create_model picks the class)")
         super().__init__(cfg)
         with layers_from_config():  # validated: the layers skip a hand-built layer's checks
             C = cfg.embed_dim
             self.num_features = self.embed_dim = C
             self.patch_embed = PatchEmbed(cfg.img_size, cfg.patch_size, cfg.in_chans, C)
             self.cls_token = nn.Parameter(torch.zeros(1, 1, C))
-            self.pos_embed = nn.Parameter(torch.zeros(1, 1 + self.patch_embed.num_patches, C))
+            self.pos_embed = nn.Parameter(  # an entry for each prefix token, then the grid
+                torch.zeros(1, cfg.num_prefix_tokens + self.patch_embed.num_patches, C))
             self.pos_drop = nn.Dropout(cfg.drop_rate)
             # deeper, more (on the CPU: a model built on the meta device needs the numbers)
             drop_path = torch.linspace(0, cfg.drop_path_rate, cfg.depth, device="cpu").tolist()
@@ -74,7 +86,12 @@ class VisionTransformer(ModelBase):
                 for i in range(cfg.depth)
             ])
             self.norm, self.head = nn.LayerNorm(C, eps=LAYER_NORM_EPS), self.make_head(C)
-        self.reset_parameters()
+        VisionTransformer.reset_parameters(self)  # what this class built (a subclass adds more)
+
+    @classmethod
+    def class_for(cls, cfg: ViTConfig) -> type:
+        """The class that builds ``cfg``: ``VisionTransformerDistilled`` for ``distilled=True``."""
+        return VisionTransformerDistilled if cfg.distilled else VisionTransformer
 
     @torch.no_grad()
     def reset_parameters(self):
@@ -99,3 +116,81 @@ class VisionTransformer(ModelBase):
 
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
         return self.norm(self.run_blocks(self.embed(images)))  # (B, 1 + N, C)
+
+
+class VisionTransformerDistilled(VisionTransformer):
+    """DeiT's distilled ViT (Touvron et al., ICML 2021, §4): a distillation token beside the
+    class token, and a second head, ``head_dist``, on it.  Both tokens attend to everything in
+    every block; the class head learns from the labels, the distillation head from a teacher's
+    predictions (hard distillation: ``vit_scratch.training.recipe.objective``).
+
+    forward(images) -> logits (B, num_classes): the average of the two heads; in training mode
+    after ``set_distilled_training(True)``, the pair ``(class head, distillation head)``
+    forward_features -> final-normed tokens (B, 2 + N, C): the class token, the distillation
+    token, then the patches
+    forward_head(features, pre_logits=True) -> the two tokens' average (B, C)
+    get_classifier() -> ``(head, head_dist)``, as timm's
+    """
+
+    num_prefix_tokens = 2  # the class token and the distillation token
+    pos_embed_prefix_tokens = 2  # ... each with a position embedding
+
+    def __init__(self, cfg: ViTConfig | None = None, **kwargs):
+        if cfg is None:
+            kwargs.setdefault("distilled", True)  # VisionTransformerDistilled(embed_dim=192, ...)
+        super().__init__(cfg, **kwargs)  # pos_embed with cfg.num_prefix_tokens = 2 entries
+        C = self.embed_dim
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, C))
+        with layers_from_config():
+            self.head_dist = self.make_head(C)
+        self.distilled_training = False  # set_distilled_training(True) to train with a teacher
+        self.reset_distillation_parameters()
+
+    @torch.no_grad()
+    def reset_distillation_parameters(self):
+        """The distillation token N(0, 0.02²) (truncated at ±2 std, as the position embedding),
+        the distillation head as every Linear (``init_weights_``)."""
+        trunc_normal_(self.dist_token, std=0.02)
+        init_weights_(self.head_dist)
+
+    @torch.no_grad()
+    def reset_parameters(self):
+        super().reset_parameters()
+        self.reset_distillation_parameters()
+
+    def set_distilled_training(self, enable: bool = True) -> None:
+        """timm's switch: with it on, the model in training mode returns both heads' logits
+        (for the distillation loss); off, or in eval mode, their average."""
+        self.distilled_training = bool(enable)
+
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) -> (B, 2 + N, C): patches, class and distillation tokens in front,
+        positions added."""
+        images = self.prepare_images(images)  # checked once
+        x = self.patch_embed.embed(images)  # (B, N, C)
+        B = x.shape[0]
+        prefix = [self.cls_token.expand(B, -1, -1), self.dist_token.expand(B, -1, -1)]
+        return self.pos_drop(torch.cat([*prefix, x], dim=1) + self.position_embedding(images))
+
+    def get_classifier(self) -> tuple[nn.Module, nn.Module]:
+        return self.head, self.head_dist
+
+    def reset_classifier(self, num_classes: int, global_pool=None) -> None:
+        """New class and distillation heads with ``num_classes`` outputs (0: none)."""
+        super().reset_classifier(num_classes, global_pool)  # checks, self.head, the config
+        like = next(self.parameters())
+        self.head_dist = self.make_head(self.num_features).to(like.device, like.dtype)
+        init_weights_(self.head_dist)
+
+    def pool(self, features: torch.Tensor) -> torch.Tensor:
+        """forward_features' output -> (B, 2, num_features): the class and distillation tokens."""
+        return features[:, :2]
+
+    def classify(self, pooled: torch.Tensor, pre_logits: bool = False):
+        """Each token its head; the pair in distilled training, else their average."""
+        if pre_logits or not self.num_classes:
+            return pooled.mean(dim=1)  # (B, C): what both heads read, averaged
+        logits, logits_dist = self.head(pooled[:, 0]), self.head_dist(pooled[:, 1])
+        if self.distilled_training and self.training and not torch.jit.is_scripting():
+            return logits, logits_dist
+        return (logits + logits_dist) / 2

@@ -4,6 +4,7 @@
                anything is built
     recipe     param_groups, lr_schedule, the objective, train_step, evaluate
     runners    who computes each step, behind one interface: PyTorch or the NumPy room
+    distillation  the teacher of hard distillation (--teacher): loaded, checked, run in eval mode
     progress   the run so far, saved every epoch, restored by --resume
     loop       train(settings): set-up, the epochs, save
 """

@@ -5,7 +5,8 @@ attention", ICML 2021, https://arxiv.org/abs/2012.12877), written by hand to be 
     param_groups     AdamW's groups: weight decay on weight matrices and kernels only
     lr_schedule      linear warm-up, then cosine decay to 0 (``vit_scratch.schedule.lr_at``'s
                      curve, as PyTorch's schedulers)
-    objective        the loss a step minimises: cross-entropy with label smoothing
+    objective        the loss a step minimises: cross-entropy with label smoothing, and with a
+                     teacher, DeiT's hard distillation through the distillation head
     train_step       forward, the objective, backward (gradient accumulation, DDP), AdamW
     evaluate         mean cross-entropy and accuracy over a loader (added up over processes)
     epoch_seed       each epoch's dropout and stochastic depth, from (seed, epoch, rank)
@@ -74,16 +75,45 @@ class Step(NamedTuple):
     cross_entropy: float  # the plain cross-entropy, comparable with the validation loss
 
 
-def objective(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0):
+def objective(logits, labels: torch.Tensor, label_smoothing: float = 0.0,
+              teacher_labels: torch.Tensor | None = None):
     """The loss a step minimises, summed over the images of ``logits`` (B, num_classes):
     cross-entropy with label smoothing.  :func:`train_step` divides it by the batch's image
-    count, so that the parts of an accumulated batch add up to the batch's mean."""
-    return F.cross_entropy(logits, labels, label_smoothing=label_smoothing, reduction="sum")
+    count, so that the parts of an accumulated batch add up to the batch's mean.
+
+    With ``teacher_labels`` (B,), the teacher's predicted classes (``training.distillation``),
+    ``logits`` is a distilled model's pair (class head, distillation head) and the loss is DeiT's
+    hard distillation (Touvron et al. 2021, §4):
+
+        ½ · CE(class head, labels, label smoothing) + ½ · CE(distillation head, teacher_labels)
+
+    -- the smoothing on the true labels only, as DeiT's code does."""
+    if teacher_labels is None:
+        return F.cross_entropy(logits, labels, label_smoothing=label_smoothing, reduction="sum")
+    cls_logits, dist_logits = logits
+    return (0.5 * F.cross_entropy(cls_logits, labels, label_smoothing=label_smoothing,
+                                  reduction="sum")
+            + 0.5 * F.cross_entropy(dist_logits, teacher_labels, reduction="sum"))
+
+
+def _rows(logits, keep):
+    """``logits[keep]``, for each head when the model returns two (distilled training)."""
+    if isinstance(logits, tuple):
+        return tuple(t[keep] for t in logits)
+    return logits[keep]
+
+
+def _fp32(logits):
+    """bf16 logits (one tensor, or a distilled model's pair) as fp32; fp64 stays."""
+    if isinstance(logits, tuple):
+        return tuple(_fp32(t) for t in logits)
+    return logits if logits.dtype == torch.float64 else logits.float()
 
 
 def train_step(model, images, labels, optimizer, label_smoothing: float = 0.0,
                autocast_dtype: torch.dtype | None = None, accum_steps: int = 1,
-               counted: torch.Tensor | None = None, divisor: float | None = None) -> Step:
+               counted: torch.Tensor | None = None, divisor: float | None = None,
+               teacher=None) -> Step:
     """One optimisation step on a batch: the mean loss over its images, its gradient, AdamW.
 
     ``accum_steps`` > 1 splits the batch into that many parts and adds their gradients up
@@ -97,7 +127,12 @@ def train_step(model, images, labels, optimizer, label_smoothing: float = 0.0,
     batch's image count).  ``counted`` (B,) bool marks the images the step counts; a stand-in
     for an empty share (``distributed.BatchShares``) counts none, adds nothing to the loss and
     still takes part in the gradient exchange.  The returned ``Step`` is over the counted
-    images (zeros when there are none)."""
+    images (zeros when there are none).
+
+    ``teacher``: images -> the teacher's classes (``distillation.Teacher``), for a model in
+    distilled training (it returns both heads): the objective is then hard distillation, and
+    the accuracy and plain cross-entropy are those of the two heads' average, what the model
+    predicts at inference."""
     n_counted = len(labels) if counted is None else int(counted.sum())
     divisor = max(1, n_counted) if divisor is None else divisor
     counted = torch.ones_like(labels, dtype=torch.bool) if counted is None else counted
@@ -111,15 +146,17 @@ def train_step(model, images, labels, optimizer, label_smoothing: float = 0.0,
         with (nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()):
             with torch.autocast(x.device.type, dtype=autocast_dtype or torch.bfloat16,
                                 enabled=autocast_dtype is not None):
-                logits = model(x)
-            logits = logits if logits.dtype == torch.float64 else logits.float()  # bf16 -> fp32
-            logits, y = logits[c], y[c]
-            loss = objective(logits, y, label_smoothing) / divisor
+                targets = None if teacher is None else teacher(x)  # eval mode, no_grad
+                logits = _fp32(model(x))  # bf16 -> fp32
+            logits, y = _rows(logits, c), y[c]
+            targets = None if targets is None else targets[c]
+            loss = objective(logits, y, label_smoothing, targets) / divisor
             loss.backward()
         loss_sum += loss.item() * divisor
         with torch.no_grad():
-            ce_sum += F.cross_entropy(logits, y, reduction="sum").item()
-            correct += (logits.argmax(-1) == y).sum().item()
+            prediction = logits if teacher is None else (logits[0] + logits[1]) / 2
+            ce_sum += F.cross_entropy(prediction, y, reduction="sum").item()
+            correct += (prediction.argmax(-1) == y).sum().item()
     optimizer.step()
     mean = max(1, n_counted)
     return Step(loss_sum / mean, correct, ce_sum / mean)

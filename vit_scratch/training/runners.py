@@ -22,6 +22,8 @@ NumPy room's hand-written backward passes and AdamW, on the CPU in fp32).  The l
     runner.pull(model)                ``model``'s weights into the runner (the selected epoch's)
     runner.optimizer                  its ``state_dict()`` goes into ``trainer_state.pt``
     runner.autocast_dtype, runner.label   for the log line (``None`` / ``" in NumPy"``)
+    runner.teacher                    ``--teacher``'s model (``distillation.Teacher``) or None:
+                                      with one, every step is hard distillation
 
 A run is the same for both: the settings, data loaders, augmentation, progress bar, validation,
 run folder and ``--resume``; PyTorch stays the NumPy backend's data pipeline and checkpoint
@@ -39,6 +41,7 @@ import torch
 
 from .. import distributed
 from ..schedule import LrSchedule
+from .distillation import load_teacher
 from .recipe import evaluate_everywhere, lr_schedule, param_groups, train_step
 from .settings import resolve_device, resolve_precision, warmup_epochs
 
@@ -72,6 +75,9 @@ class TorchRunner:
         if state is not None:
             self.optimizer.load_state_dict(state["optimizer"])
         self.schedule = lr_schedule(self.optimizer, **_schedule_steps(settings, steps, state))
+        self.teacher = load_teacher(settings, model, self.device, log)
+        if self.teacher is not None:
+            model.set_distilled_training(True)  # training mode: both heads' logits
         self.trainer = self.evaluator = model
         if world.size > 1:
             from torch.nn.parallel import DistributedDataParallel
@@ -103,7 +109,7 @@ class TorchRunner:
     def step(self, images: torch.Tensor, labels: torch.Tensor, counted=None, divisor=None):
         s = self.settings
         step = train_step(self.trainer, images, labels, self.optimizer, s.label_smoothing,
-                          self.autocast_dtype, s.accum_steps, counted, divisor)
+                          self.autocast_dtype, s.accum_steps, counted, divisor, self.teacher)
         self.schedule.step()
         return step
 
@@ -122,7 +128,14 @@ class NumpyRunner:
     AdamW and the loss of ``numpy_nn.training`` (``train_step``), on float copies of the
     PyTorch model's weights (no shared memory; :meth:`push` and :meth:`pull` copy them across),
     the schedule ``vit_scratch.schedule.LrSchedule`` (``lr_at``'s curve, as PyTorch's
-    schedulers).  ``runner(images)`` gives the logits (evaluation: no stochastic depth)."""
+    schedulers).  ``runner(images)`` gives the logits (evaluation: no stochastic depth).
+
+    With ``--teacher``, the NumPy student learns through both heads
+    (``numpy_nn.training.hard_distillation``) and the teacher stays a PyTorch model, run on the
+    CPU under ``no_grad``: it only predicts classes, so which room computes its forward changes
+    nothing the student learns, any model the library can load can teach (its weights are read
+    as the trainer reads every checkpoint), and PyTorch's forward is the faster one -- the
+    NumPy backend already keeps PyTorch for its data pipeline and checkpoints."""
 
     label = " in NumPy"
     autocast_dtype = None
@@ -142,6 +155,9 @@ class NumpyRunner:
         family, spec = lookup(settings.model)
         self.model = build_numpy_model(family, spec, model.cfg, params)  # model's checked cfg
         check_trainable(self.model, np.random.default_rng(0))
+        self.teacher = load_teacher(settings, model, torch.device("cpu"), log)  # PyTorch, on CPU
+        if self.teacher is not None:
+            self.model.set_distilled_training(True)  # forward_with_cache: both heads' logits
         self.settings, self.training = settings, True
         self.rng = np.random.default_rng(0)
         self.blas = ThreadpoolController()
@@ -178,12 +194,13 @@ class NumpyRunner:
         the batch's own.)"""
         from ..numpy_nn import training
 
+        targets = None if self.teacher is None else self.teacher(images).numpy()
         with self.blas.limit(limits=1, user_api="blas"):
             step = training.train_step(
                 self.model, self.optimizer.adamw, images.detach().cpu().numpy(),
                 labels.detach().cpu().numpy(), self.lr, self.settings.label_smoothing,
                 rng=self.rng if self.training else None,
-                threads=max(1, torch.get_num_threads()))
+                threads=max(1, torch.get_num_threads()), teacher_labels=targets)
         self.schedule.step()
         return step
 

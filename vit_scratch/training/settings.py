@@ -29,6 +29,7 @@ import torch
 from .. import distributed
 from ..data import check_data
 from ..models import create_model, get_config
+from .distillation import check_teacher
 
 
 class SettingsError(ValueError):
@@ -112,6 +113,12 @@ class TrainSettings:
         "(default: 2, or a tenth of --epochs if that is less)", metavar="N")
     label_smoothing: float = setting(0.1, "share of the target spread over the other classes",
                                      metavar="F")
+    teacher: str | None = setting(
+        None, "hard distillation (DeiT): a run folder or checkpoint file of a trained model whose "
+        "predictions the student's distillation head learns; the loss is 1/2 CE(class head, "
+        "labels) + 1/2 CE(distillation head, the teacher's argmax).  --model must have a "
+        "distillation token (deit_*_distilled_*, or --model-arg distilled=True) "
+        "(default: none)", metavar="RUN|FILE")
     rotate: float = setting(8.0, "augmentation: random rotation, up to this many degrees either "
                                  "way (0: off)", metavar="DEG")
     translate: float = setting(0.05, "augmentation: random shift, up to this fraction of the "
@@ -329,6 +336,7 @@ def check_settings(settings: TrainSettings, own_data: bool = False,
         raise ValueError(f"--init {settings.init!r}: no such checkpoint file")
     if settings.pretrained:
         check_pretrained(settings)
+    check_teacher(settings)
     if world.size > 1:
         if device.type == "mps":
             raise ValueError("--device mps: torchrun's process group needs the CPU or CUDA GPUs")

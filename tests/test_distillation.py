@@ -1,0 +1,336 @@
+"""Hard distillation in the trainer (``--teacher``): DeiT's objective computed by hand, the
+teacher in eval mode under no_grad on the batch as its own preprocessing wants it, a step that
+teaches the distillation head the teacher's classes and the class head the labels, the NumPy
+runner's steps equal to the PyTorch runner's with a teacher, whole runs through the command
+line (both backends, two processes under torchrun), and the one-line errors.
+
+Teachers are tiny models saved with ``save_checkpoint`` (random weights do: a teacher is any
+model the library can load, trained or not); students are one-block distilled ViTs.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import vit_scratch
+from vit_scratch.data import load_digits, to_model_input
+from vit_scratch.numpy_nn import training as np_training
+from vit_scratch.run_folder import CHECKPOINT, METRICS, RUN_FILES, SETTINGS, load_model
+from vit_scratch.train import TrainSettings, check_settings, main, objective, train, train_step
+from vit_scratch.training import runners
+from vit_scratch.training.distillation import Teacher, load_teacher
+
+STUDENT = dict(embed_dim=16, depth=1, num_heads=2, mlp_ratio=2.0, drop_path_rate=0.0,
+               distilled=True)
+STUDENT_ARGS = [arg for k, v in STUDENT.items() for arg in ("--model-arg", f"{k}={v}")]
+#: A CoaT-Lite teacher: another family, at the digits' own 8×8 (the student sees 24×24).
+TEACHER = dict(embed_dims=(8, 8, 16, 16), serial_depths=(1, 1, 1, 1))
+
+
+def quiet(*_):
+    pass
+
+
+def save_teacher(path: Path, name: str = "coat_lite_digits", seed: int = 2, **kwargs) -> Path:
+    """A teacher with random weights, spread wide enough (std 1) to tell images apart."""
+    torch.manual_seed(seed)
+    model = vit_scratch.create_model(name, **{**TEACHER, **kwargs})
+    vit_scratch.randomize_weights_(model, seed=seed, std=1.0)
+    vit_scratch.save_checkpoint(model, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def teacher_file(tmp_path_factory) -> Path:
+    return save_teacher(tmp_path_factory.mktemp("teacher") / "coat_teacher.safetensors")
+
+
+@pytest.fixture(scope="module")
+def teacher_run(tmp_path_factory) -> Path:
+    """A run folder of a tiny CoaT-Lite trained for 3 epochs on the digits (about 60% test)."""
+    out = tmp_path_factory.mktemp("teacher") / "coat_run"
+    result = train(TrainSettings(model="coat_lite_digits", model_kwargs=dict(TEACHER), epochs=3,
+                                 lr=1e-2, warmup_epochs=0.5, device="cpu", progress="off",
+                                 threads=1, out=str(out)), log=quiet)
+    assert result["test_accuracy"] > 0.3
+    return out
+
+
+def settings(teacher=None, **changes) -> TrainSettings:
+    base = dict(model="vit_digits", model_kwargs=dict(STUDENT), epochs=2, batch_size=32,
+                lr=2e-2, warmup_epochs=0.5, device="cpu", progress="off", threads=1, out=None,
+                teacher=None if teacher is None else str(teacher))
+    return TrainSettings(**{**base, **changes})
+
+
+def student(seed: int = 0, dtype=torch.float32):
+    torch.manual_seed(seed)
+    model = vit_scratch.create_model("vit_digits", **STUDENT).to(dtype)
+    return vit_scratch.randomize_weights_(model, seed=seed)
+
+
+# --- the objective and the teacher ---------------------------------------------------------------
+
+def test_objective_is_half_labels_half_teacher_by_hand():
+    """½ · Σ CE_ε(class head, labels) + ½ · Σ CE(distillation head, teacher's classes), from
+    log-softmax by hand: the smoothing on the true labels only (DeiT's code)."""
+    g = torch.Generator().manual_seed(0)
+    cls, dist = torch.randn(5, 4, generator=g), torch.randn(5, 4, generator=g)
+    labels, teacher = torch.tensor([0, 1, 2, 3, 0]), torch.tensor([1, 1, 3, 3, 2])
+    eps = 0.1
+    log_p, log_q = cls.log_softmax(-1), dist.log_softmax(-1)
+    smoothed = (1 - eps) * F.one_hot(labels, 4) + eps / 4
+    by_hand = 0.5 * -(smoothed * log_p).sum() + 0.5 * -log_q[torch.arange(5), teacher].sum()
+    assert torch.allclose(objective((cls, dist), labels, eps, teacher), by_hand, atol=1e-6)
+    assert torch.allclose(objective(cls, labels, eps), -(smoothed * log_p).sum(), atol=1e-6)
+    np_loss = np_training.hard_distillation(cls.numpy(), dist.numpy(), labels.numpy(),
+                                            teacher.numpy(), eps)
+    assert abs(float(np_loss) - by_hand.item() / 5) < 1e-6  # the NumPy room's: the batch mean
+
+
+def test_teacher_sees_the_batch_as_its_own_preprocessing_wants_it(teacher_file):
+    """A 24×24 student batch (mean 0, std 1) for an 8×8 teacher is what ``to_model_input`` makes
+    of the same pictures; for a 3-channel teacher with ImageNet's mean and std, the grey batch
+    is repeated and normalised; the same input passes through untouched."""
+    stu = student()
+    teacher = load_teacher(settings(teacher_file), stu, torch.device("cpu"), quiet)
+    pictures = torch.rand(4, 1, 24, 24, generator=torch.Generator().manual_seed(1))
+    batch = to_model_input(pictures.numpy(), stu)  # the student's normalised batch
+    expected = to_model_input(pictures.numpy(), teacher.model)  # (4, 1, 8, 8)
+    assert teacher.view(batch).shape == (4, 1, 8, 8)
+    assert torch.allclose(teacher.view(batch), expected, atol=1e-6)
+    rgb = vit_scratch.create_model("deit_tiny_patch16_224", img_size=32, depth=1, num_classes=10)
+    rgb_teacher = Teacher(rgb, stu.pretrained_cfg)
+    expected = to_model_input(pictures.numpy(), rgb)  # (4, 3, 32, 32): ImageNet's mean and std
+    assert torch.allclose(rgb_teacher.view(batch), expected, atol=1e-5)
+    same = Teacher(student(seed=1), stu.pretrained_cfg)
+    assert same.same_input and same.view(batch) is batch
+
+
+def test_teacher_runs_in_eval_mode_without_gradients(teacher_file):
+    """The runner's ``train()`` switches the student, never the teacher; the teacher's classes
+    carry no graph, and are the argmax of its eval-mode logits on its view of the batch."""
+    stu = student()
+    runner = runners.TorchRunner(stu, settings(teacher_file, model_kwargs=dict(
+        STUDENT, drop_path_rate=0.1)), steps=4)
+    runner.train()
+    teacher = runner.teacher
+    assert stu.training and stu.distilled_training and not teacher.model.training
+    assert not any(p.requires_grad for p in teacher.model.parameters())
+    images = to_model_input(load_digits()[0][:16], stu)  # (16, 1, 24, 24), as the trainer's
+    classes = teacher(images)
+    assert classes.dtype == torch.int64 and not classes.requires_grad
+    with torch.no_grad():
+        assert torch.equal(classes, teacher.model.eval()(teacher.view(images)).argmax(-1))
+    assert len(set(classes.tolist())) > 1  # a teacher that says one class would test less
+
+
+class FixedTeacher:
+    """A teacher that always says class 7."""
+
+    def __call__(self, images):
+        return torch.full((len(images),), 7)
+
+
+def test_a_step_teaches_each_head_its_own_target():
+    """Trained on random images whose labels are 0..4 while the teacher always says 7: the
+    class head comes to predict the labels, the distillation head 7 -- each head learns from its
+    own target through its own token.  The step reports the average's accuracy."""
+    model = student(seed=3).train()
+    model.set_distilled_training(True)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3)
+    g = torch.Generator().manual_seed(4)
+    images = torch.randn(16, 1, 24, 24, generator=g)
+    labels = torch.arange(16) % 5
+    for _ in range(40):
+        train_step(model, images, labels, optimizer, 0.1, teacher=FixedTeacher())
+    with torch.no_grad():
+        cls, dist = model(images)
+    assert (cls.argmax(-1) == labels).float().mean() > 0.9
+    assert (dist.argmax(-1) == 7).float().mean() > 0.9
+    optimizer.param_groups[0]["lr"] = 0.0  # one more step that changes nothing: what it reports
+    step = train_step(model, images, labels, optimizer, 0.1, teacher=FixedTeacher())
+    average = (cls + dist) / 2  # what the model predicts at inference
+    assert step.correct == int((average.argmax(-1) == labels).sum())
+    assert math.isclose(step.cross_entropy, F.cross_entropy(average, labels).item(), rel_tol=1e-5)
+    by_hand = (0.5 * F.cross_entropy(cls, labels, label_smoothing=0.1)
+               + 0.5 * F.cross_entropy(dist, torch.full((16,), 7)))
+    assert math.isclose(step.loss, by_hand.item(), rel_tol=1e-5)
+    with torch.no_grad():
+        assert torch.allclose(model.eval()(images), average, atol=1e-6)
+
+
+def test_the_numpy_runner_takes_the_pytorch_runners_steps_with_a_teacher(teacher_file):
+    """Ten steps of hard distillation in float64 (no stochastic depth, no augmentation): the
+    NumPy student's backward through both heads and the PyTorch student's autograd give the
+    same losses and end at the same weights; both runners' teacher is the same PyTorch model."""
+    model = student(seed=5, dtype=torch.float64)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    s = settings(teacher_file, lr=3e-3, weight_decay=0.3, warmup_epochs=0.2,
+                 label_smoothing=0.1)
+    ours, theirs = runners.NumpyRunner(model, s, 10), runners.TorchRunner(model, s, 10)
+    assert ours.model.distilled_training and model.distilled_training
+    gen = torch.Generator().manual_seed(6)
+    ours.train()
+    theirs.train()
+    for step in range(10):
+        images = torch.randn(8, 1, 24, 24, generator=gen, dtype=torch.float64)
+        labels = torch.randint(0, 10, (8,), generator=gen)
+        a, b = ours.step(images, labels), theirs.step(images, labels)
+        assert abs(a.loss - b.loss) <= 1e-9 * b.loss, step
+        assert abs(a.cross_entropy - b.cross_entropy) <= 1e-9 * b.cross_entropy, step
+        assert a.correct == b.correct
+    for key, value in model.state_dict().items():
+        a, b = ours.model.params[key], value.numpy()
+        if key.endswith("qkv.bias"):  # the key bias: a zero gradient, AdamW's noise (as in
+            a, b = np.delete(a, np.s_[16:32]), np.delete(b, np.s_[16:32])  # test_numpy_training)
+        assert np.abs(a - b).max() <= 1e-9 * np.abs(b).max(), key
+    for key in ("dist_token", "head_dist.weight", "head.weight"):  # both heads and the token learnt
+        assert not torch.equal(model.state_dict()[key], initial[key]), key
+
+
+# --- whole runs ----------------------------------------------------------------------------------
+
+def test_a_distilled_run_through_the_command_line_both_backends(teacher_run, tmp_path):
+    """``--teacher RUN`` on the digits with each backend: every file of a run, the teacher in
+    settings.json, a history that learns, and a checkpoint that loads as the distilled model;
+    ``--resume`` takes the teacher from the run."""
+    common = ["--epochs", "2", "--batch-size", "32", "--lr", "2e-2", "--warmup-epochs", "0.5",
+              "--device", "cpu", "--threads", "1", "--progress", "off", *STUDENT_ARGS,
+              "--teacher", str(teacher_run)]
+    for backend in ("torch", "numpy"):
+        out = tmp_path / backend
+        result = main([*common, "--backend", backend, "--out", str(out)])
+        assert all((out / name).is_file() for name in RUN_FILES), backend
+        saved = json.loads((out / SETTINGS).read_text())
+        assert saved["settings"]["teacher"] == str(teacher_run)
+        assert saved["model_config"]["distilled"] is True
+        metrics = json.loads((out / METRICS).read_text())
+        losses = [h["train_loss"] for h in metrics["history"]]
+        assert losses[-1] < losses[0] and metrics["test_accuracy"] > 0.2, backend  # chance: 0.1
+        model = load_model(out)
+        assert type(model).__name__ == "VisionTransformerDistilled"
+        assert not model.distilled_training  # a loaded model predicts with the average
+        assert result["model"].state_dict().keys() == model.state_dict().keys()
+    resumed = main(["--out", str(tmp_path / "torch"), "--resume", "--epochs", "3"])
+    assert resumed["settings"]["teacher"] == str(teacher_run) and resumed["epochs_done"] == 3
+
+
+def test_two_processes_distil_as_one(teacher_file, tmp_path):
+    """torchrun, 2 processes (gloo), each with its teacher, against 1 process with the same
+    global batch: the same weights after one epoch, to float rounding."""
+    data_args = ["--batch-size", "64", "--epochs", "1", "--lr", "1e-2", "--warmup-epochs", "0.5",
+                 "--rotate", "0", "--translate", "0", "--scale", "0", "--select", "last",
+                 "--device", "cpu", "--threads", "1", "--progress", "off", *STUDENT_ARGS,
+                 "--teacher", str(teacher_file)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                          os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         "-m", "vit_scratch.train", *data_args, "--out", str(tmp_path / "two")],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("teacher: coat_lite_digits") == 1  # rank 0 alone says it
+    main([*data_args, "--out", str(tmp_path / "one")])
+    assert json.loads((tmp_path / "two" / METRICS).read_text())["processes"] == 2
+    one, two = load_model(tmp_path / "one" / CHECKPOINT), load_model(tmp_path / "two" / CHECKPOINT)
+    images = torch.randn(8, 1, 24, 24, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(one(images), two(images), rtol=0, atol=1e-4)
+    assert not torch.equal(one.head_dist.weight, student().head_dist.weight)  # it trained
+
+
+def test_init_from_a_distilled_checkpoint_replaces_both_heads(tmp_path):
+    """Fine-tuning (``--init``) a distilled model on data with other classes: everything loads
+    but the class and distillation heads, which are new and sized for the data."""
+    from vit_scratch.train import init_from
+
+    source = student(seed=7)
+    vit_scratch.save_checkpoint(source, tmp_path / "ten.safetensors")
+    model = vit_scratch.create_model("vit_digits", **{**STUDENT, "num_classes": 3})
+    with pytest.warns(UserWarning, match=r"its classifier head \(head.weight\) has 10 classes"):
+        init_from(model, tmp_path / "ten.safetensors")
+    for key, value in model.state_dict().items():
+        if key.startswith(("head.", "head_dist.")):
+            assert value.shape[0] == 3, key
+        else:
+            assert torch.equal(value, source.state_dict()[key]), key
+
+
+# --- the errors, one line each, before anything is written ---------------------------------------
+
+def test_a_teacher_for_a_student_without_a_distillation_token_is_refused(teacher_file):
+    with pytest.raises(ValueError, match=r"--teacher '.*coat_teacher.safetensors': --model "
+                                         r"vit_digits has no distillation token to learn from a "
+                                         r"teacher; train a model with one \(--model-arg "
+                                         r"distilled=True, or --model NAME with NAME one of "
+                                         r"deit_base_distilled_patch16_224, "):
+        check_settings(settings(teacher_file, model_kwargs={}))
+    with pytest.raises(ValueError, match=r"--model cait_digits has no distillation token .* "
+                                         r"\(--model NAME with NAME one of deit_base_distilled"):
+        check_settings(settings(teacher_file, model="cait_digits", model_kwargs={}))
+    check_settings(settings(teacher_file))  # distilled=True: accepted
+
+
+def test_a_teacher_that_does_not_exist_is_refused(tmp_path, capsys):
+    missing = tmp_path / "runs" / "nope"
+    with pytest.raises(SystemExit) as stop:
+        main(["--epochs", "1", "--teacher", str(missing), "--out", str(tmp_path / "out"),
+              *STUDENT_ARGS])
+    assert stop.value.code == 2
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message.endswith(f"error: --teacher {str(missing)!r}: no such run folder or "
+                            f"checkpoint file")
+    assert not (tmp_path / "out").exists()  # refused before the run folder is made
+
+
+def test_a_teacher_of_other_classes_is_refused_before_any_file(tmp_path, capsys):
+    three = save_teacher(tmp_path / "three_classes.safetensors", num_classes=3)
+    with pytest.raises(SystemExit):
+        main(["--epochs", "1", "--teacher", str(three), "--out", str(tmp_path / "out"),
+              "--progress", "off", "--threads", "1", *STUDENT_ARGS])
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message.endswith(f"error: --teacher {str(three)!r}: its model (coat_lite_digits) "
+                            f"predicts 3 classes, the student 10; the teacher must be trained "
+                            f"on the student's classes")
+    assert not any((tmp_path / "out" / name).exists() for name in RUN_FILES)
+
+
+def test_a_teacher_file_that_does_not_name_its_model_is_refused(tmp_path, capsys):
+    bare = tmp_path / "bare.safetensors"
+    vit_scratch.save_checkpoint(save_teacher_state(), bare)  # a state_dict: no metadata
+    with pytest.raises(SystemExit):
+        main(["--epochs", "1", "--teacher", str(bare), "--out", str(tmp_path / "out"),
+              "--progress", "off", "--threads", "1", *STUDENT_ARGS])
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "does not record its model" in message and str(bare) in message
+
+
+def save_teacher_state() -> dict:
+    return vit_scratch.create_model("coat_lite_digits", **TEACHER).state_dict()
+
+
+def test_numpy_loss_refuses_teacher_labels_without_distilled_training():
+    model = student()
+    np_model = vit_scratch.create_numpy_model(
+        "vit_digits", vit_scratch.state_dict_to_numpy(model.state_dict()), **STUDENT)
+    images, labels = np.zeros((2, 1, 24, 24), np.float32), np.array([0, 1])
+    with pytest.raises(ValueError, match=r"teacher_labels need a distilled model in distilled "
+                                         r"training \(vit_digits: set_distilled_training\(True\)\)"):
+        np_training.loss_and_grads(np_model, images, labels, teacher_labels=np.array([1, 1]))
+    np_model.set_distilled_training(True)
+    with pytest.raises(ValueError, match=r"teacher_labels must have shape \(B,\) = \(2,\)"):
+        np_training.loss_and_grads(np_model, images, labels, teacher_labels=np.array([1]))
+    loss, grads, logits = np_training.loss_and_grads(np_model, images, labels,
+                                                     teacher_labels=np.array([1, 1]))
+    assert logits.shape == (2, 10) and "head_dist.weight" in grads and math.isfinite(loss)
