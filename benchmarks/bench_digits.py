@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
 import os
 import shlex
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 import vit_scratch
@@ -43,6 +41,7 @@ from vit_scratch.data import stratified_split
 from vit_scratch.train import TrainSettings, train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import experiment  # noqa: E402  (benchmarks/experiment.py: the results file)
 import tables  # noqa: E402  (benchmarks/tables.py: the README's table from the results file)
 from experiment import git_commit, summary  # noqa: E402  (benchmarks/experiment.py)
 
@@ -164,8 +163,7 @@ def main(argv=None):
     print(f"\n{len(args.seeds)} seeds ({', '.join(map(str, args.seeds))}), torch "
           f"{torch.__version__}, {torch.get_num_threads()} thread(s), device {args.device}")
     if args.json:
-        Path(args.json).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
-                                   encoding="utf-8")
+        experiment.write(args.json, data)
     return data
 
 

@@ -35,7 +35,6 @@ test.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
 import sys
@@ -50,6 +49,7 @@ from vit_scratch.run_folder import load_model
 from vit_scratch.train import TrainSettings, train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import experiment  # noqa: E402  (benchmarks/experiment.py: the results file)
 import tables  # noqa: E402  (benchmarks/tables.py: the table from the results file)
 
 TEACHER = "coat_lite_digits"
@@ -194,8 +194,7 @@ def main(argv=None):
     print()
     print(tables.distillation_table(data))
     if args.json:
-        Path(args.json).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
-                                   encoding="utf-8")
+        experiment.write(args.json, data)
     return data
 
 

@@ -23,7 +23,6 @@ rate 0 (the same split and initialisation seed).  Mean ± standard deviation ove
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
 import sys
@@ -35,6 +34,7 @@ import torch
 from vit_scratch.train import TrainSettings, train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import experiment  # noqa: E402  (benchmarks/experiment.py: the results file)
 import tables  # noqa: E402  (benchmarks/tables.py: the table from the results file)
 
 MODEL = "vit_digits"
@@ -108,8 +108,7 @@ def main(argv=None):
     print()
     print(tables.drop_path_table(data))
     if args.json:
-        Path(args.json).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
-                                   encoding="utf-8")
+        experiment.write(args.json, data)
     return data
 
 
