@@ -107,15 +107,21 @@ def list_models(filter: str = "") -> list[str]:
     return [n for n in names if fnmatch.fnmatch(n, filter) or filter in n]
 
 
-def timm_name(name: str) -> str:
+def timm_name(name: str, cfg=None) -> str:
     """The name timm knows this model by: ``name`` itself when timm publishes weights for it
     (its ``pretrained_cfg`` has an ``hf_hub_id``), else the first such name of its family --
-    whose class is the same; pass every field of the config to get this one."""
+    whose class is the same; pass every field of the config to get this one.  With ``cfg``, a
+    name whose class builds ``cfg`` (timm picks DeiT's distilled class by the name)."""
     family, spec = lookup(name)
-    if spec.pretrained_cfg.get("hf_hub_id"):
+
+    def builds(s) -> bool:
+        return cfg is None or getattr(s.default, "distilled", False) == getattr(cfg, "distilled",
+                                                                                 False)
+
+    if spec.pretrained_cfg.get("hf_hub_id") and builds(spec):
         return name
     return next(other for other, s in family.spec.MODELS.items()
-                if s.pretrained_cfg.get("hf_hub_id"))
+                if s.pretrained_cfg.get("hf_hub_id") and builds(s))
 
 
 def get_config(name: str, **kwargs):

@@ -320,7 +320,7 @@ def timm_kwargs(path) -> dict:
         kwargs = cfg.timm_kwargs()
     except ValueError as error:
         raise ValueError(f"checkpoint file {str(path)!r} ({name}): {error}") from None
-    return {"model_name": models.timm_name(name), "checkpoint_path": str(path), **kwargs}
+    return {"model_name": models.timm_name(name, cfg), "checkpoint_path": str(path), **kwargs}
 
 
 def state_dict_to_numpy(state_dict: dict, dtype=None) -> dict[str, np.ndarray]:

@@ -60,6 +60,13 @@ class ViTConfig(PatchGridMixin, ConfigMixin):
         the distillation token of a distilled model."""
         return 2 if self.distilled else 1
 
+    def timm_kwargs(self) -> dict:
+        """As every family's, without ``distilled``: timm picks DeiT's distilled class by the
+        model's name (``vit_scratch.models.timm_name``), not by a keyword."""
+        kwargs = super().timm_kwargs()
+        kwargs.pop("distilled")
+        return kwargs
+
 
 def vit_param_shapes(cfg: ViTConfig) -> dict[str, tuple[int, ...]]:
     """The ``state_dict`` of a ViT as ``{key: shape}``, in the order PyTorch lists it."""

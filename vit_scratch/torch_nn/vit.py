@@ -169,8 +169,8 @@ class VisionTransformerDistilled(VisionTransformer):
         images = self.prepare_images(images)  # checked once
         x = self.patch_embed.embed(images)  # (B, N, C)
         B = x.shape[0]
-        prefix = [self.cls_token.expand(B, -1, -1), self.dist_token.expand(B, -1, -1)]
-        return self.pos_drop(torch.cat([*prefix, x], dim=1) + self.position_embedding(images))
+        cls, dist = self.cls_token.expand(B, -1, -1), self.dist_token.expand(B, -1, -1)
+        return self.pos_drop(torch.cat([cls, dist, x], dim=1) + self.position_embedding(images))
 
     def get_classifier(self) -> tuple[nn.Module, nn.Module]:
         return self.head, self.head_dist
@@ -179,8 +179,9 @@ class VisionTransformerDistilled(VisionTransformer):
         """New class and distillation heads with ``num_classes`` outputs (0: none)."""
         super().reset_classifier(num_classes, global_pool)  # checks, self.head, the config
         like = next(self.parameters())
-        self.head_dist = self.make_head(self.num_features).to(like.device, like.dtype)
-        init_weights_(self.head_dist)
+        head_dist = self.make_head(self.num_features).to(like.device, like.dtype)
+        init_weights_(head_dist)
+        self.head_dist = head_dist.train(self.training)
 
     def pool(self, features: torch.Tensor) -> torch.Tensor:
         """forward_features' output -> (B, 2, num_features): the class and distillation tokens."""
