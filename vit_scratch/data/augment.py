@@ -141,7 +141,7 @@ class SeededSamples:
 
         epoch, index, counted = key
         stream = sample_rng(self.seed, epoch, index, 0)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(stream.integers(2 ** 63)))
+        with torch.random.fork_rng(devices=[]):  # the CPU generator (torch.manual_seed would
+            torch.default_generator.manual_seed(int(stream.integers(2 ** 63)))  # seed GPUs too)
             image, label = self.dataset[index]
         return image, label, index, counted
