@@ -23,22 +23,6 @@ import pytest  # noqa: E402
 SAME_PROCESS = {"tests/test_exercises.py": "grader", "tests/test_grader_security.py": "grader"}
 
 
-#: The longest files, handed out first so that the two processes finish together (a long file
-#: started last runs alone): the README's small-folder command, timm's own tests, the grader's
-#: runs, the capstone notebook, the site in Chromium.
-LONGEST_FIRST = ("tests/test_readme.py", "tests/test_timm_suite.py", "tests/test_exercises.py",
-                 "tests/test_grader_security.py", "notebooks/09_capstone.ipynb",
-                 "tests/test_site.py", "tests/test_distillation.py")
-
-
-def pytest_collection_modifyitems(items):
-    def rank(item) -> int:
-        path = item.nodeid.split("::", 1)[0]
-        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
-
-    items.sort(key=rank)  # stable: each file's own order is kept
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """Whole files (and whole notebooks) to one process; the files in ``SAME_PROCESS`` together."""
