@@ -226,11 +226,8 @@ def main(argv=None):
             for kind in args.models]
     for r in runs:
         r.pop("per_image_true_box", None)
-    data.update(summary=summarise(runs), runs=runs, cpu_seconds=clock.seconds())
-    print(f"CPU time: {data['cpu_seconds']:.0f} s")
-    if args.json:
-        experiment.write(args.json, data)
-    return data
+    data.update(summary=summarise(runs), runs=runs)
+    return experiment.finish(data, clock, args.json)
 
 
 if __name__ == "__main__":

@@ -235,11 +235,7 @@ def main(argv=None):
             runs += [run_class_token(p, seed, split) for p in ("late", "from_start")]
         data["class_token"] = {"summary": summarise_class_token(runs), "runs": runs}
         data["class_token_cpu_seconds"] = clock.seconds() - start
-    data["cpu_seconds"] = clock.seconds()
-    print(f"CPU time: {data['cpu_seconds']:.0f} s")
-    if args.json:
-        experiment.write(args.json, data)
-    return data
+    return experiment.finish(data, clock, args.json)
 
 
 if __name__ == "__main__":

@@ -136,11 +136,7 @@ def main(argv=None):
         runs = [run_parallel(m, s) for s in args.seeds for m in PARALLEL["modes"]]
         data["parallel"] = {"summary": summarise(runs, "parallel_mode"), "runs": runs}
         data["parallel_cpu_seconds"] = clock.seconds() - start
-    data["cpu_seconds"] = clock.seconds()
-    print(f"CPU time: {data['cpu_seconds']:.0f} s")
-    if args.json:
-        experiment.write(args.json, data)
-    return data
+    return experiment.finish(data, clock, args.json)
 
 
 if __name__ == "__main__":

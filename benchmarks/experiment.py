@@ -86,6 +86,16 @@ def write(path, data: dict) -> None:
     print(f"wrote {path}", flush=True)
 
 
+def finish(data: dict, clock: "CpuClock", path=None) -> dict:
+    """The end of an experiment: its total CPU seconds into ``data``, printed, and the results
+    file written to ``path`` (none without)."""
+    data["cpu_seconds"] = clock.seconds()
+    print(f"CPU time: {data['cpu_seconds']:.0f} s")
+    if path:
+        write(path, data)
+    return data
+
+
 def stamp() -> str:
     return time.strftime("%H:%M:%S")
 
