@@ -7,8 +7,9 @@ process (``--workers 0``), on the class project's small folder.
 
 A ``spawn`` worker is a fresh Python process: it imports PyTorch and vit_scratch and unpickles
 the dataset before it reads its first picture -- seconds, where a ``fork`` worker starts in
-milliseconds.  The trainer's loaders keep their workers for the whole run
-(``persistent_workers``), so that cost is paid once per loader, not once per epoch and loader.
+milliseconds.  The trainer's training loader keeps its workers for the whole run
+(``persistent_workers``), so that cost is paid once, not once per epoch; validation and test
+pictures are read in the main process.
 
 The folder is ``tests/digit_pictures.py``'s (4 classes × 90 pictures, seed 0) and the settings
 the README's class-project command's (``--recipe small_folder``) with ``--epochs`` epochs, one

@@ -23,15 +23,38 @@ import pytest  # noqa: E402
 SAME_PROCESS = {"tests/test_exercises.py": "grader", "tests/test_grader_security.py": "grader"}
 
 
+#: The longest files and notebooks (``pytest --durations=0``, summed per file), handed out
+#: first, longest first, so that the two processes finish together: a long file handed out
+#: last runs alone at the end.  The rest follow in xdist's order (the most tests first).
+LONGEST_FIRST = ("tests/test_readme.py", "notebooks/09_capstone.ipynb",
+                 "tests/test_timm_suite.py", "grader", "tests/test_site.py",
+                 "tests/test_interface.py", "notebooks/07_conv_position_encoding.ipynb",
+                 "tests/test_distillation.py", "notebooks/11_distillation.ipynb",
+                 "notebooks/04_layerscale.ipynb", "notebooks/08_coscale.ipynb")
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Whole files (and whole notebooks) to one process; the files in ``SAME_PROCESS`` together."""
+    """Whole files (and whole notebooks) to one process; the files in ``SAME_PROCESS`` together;
+    the scopes in ``LONGEST_FIRST`` first."""
+    from collections import OrderedDict
+
     from xdist.scheduler import LoadScopeScheduling
 
     class ByFile(LoadScopeScheduling):
+        ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
             return SAME_PROCESS.get(path, path)
+
+        def _assign_work_unit(self, node) -> None:
+            if not self.ordered:  # the queue is complete when the first unit is handed out
+                rank = {scope: i for i, scope in enumerate(LONGEST_FIRST)}
+                queue = sorted(self.workqueue.items(),
+                               key=lambda item: rank.get(item[0], len(rank)))  # stable
+                self.workqueue, self.ordered = OrderedDict(queue), True
+            super()._assign_work_unit(node)
 
     return ByFile(config, log)
 

@@ -220,19 +220,22 @@ class ReadBy(Subset):
 
 
 def test_loader_workers_live_through_the_run_and_change_nothing(tmp_path):
-    """With ``--workers``, each loader's worker processes are started once and serve every
-    epoch (``persistent_workers``), not started again for every pass -- what makes the
-    ``spawn`` start method (macOS, Windows) affordable: benchmarks/bench_workers.py.  The run
-    is the same as one without workers (stochastic depth on: the main process's draws)."""
+    """With ``--workers``, the training loader's worker processes are started once and serve
+    every epoch (``persistent_workers``), not started again for every pass, and validation
+    pictures are read in the main process (no second set of workers to start) -- what makes
+    the ``spawn`` start method (macOS, Windows) affordable: benchmarks/bench_workers.py.  The
+    run is the same as one without workers (stochastic depth on: the main process's draws)."""
     data = ReadBy(separable(16, 0), tmp_path / "train.txt")
     settings = TrainSettings(model="vit_digits", model_kwargs=dict(TINY, drop_path_rate=0.2),
                              epochs=3, batch_size=8, device="cpu", progress="off", threads=1,
                              baseline="none", workers=1, out=None)
-    held_out = (separable(4, 1), separable(4, 2))
+    held_out = (ReadBy(separable(4, 1), tmp_path / "val.txt"), separable(4, 2))
     with_workers = train(settings, datasets=(data, *held_out), log=lambda *_: None)
     readers = (tmp_path / "train.txt").read_text().split()
     assert len(readers) == 3 * 16 and len(set(readers)) == 1
     assert readers[0] != str(os.getpid())  # a worker, not this process
+    assert (tmp_path / "val.txt").read_text().split() == [str(os.getpid())] * 3 * 4
+    held_out = (separable(4, 1), separable(4, 2))
     settings.workers = 0
     alone = train(settings, datasets=(separable(16, 0), *held_out), log=lambda *_: None)
     assert [h["train_loss"] for h in alone["history"]] == [

@@ -234,3 +234,12 @@ def test_no_issue_numbers_or_history_words_in_the_tree():
         found += [f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)!r}"
                   for m in HISTORY.finditer(text)]
     assert not found, "history words or issue numbers:\n" + "\n".join(found)
+
+
+def test_the_scopes_handed_out_first_exist():
+    """tests/conftest.py hands the longest files out first; a renamed file would silently fall
+    back to xdist's order, so every name there is a file or a shared process's name."""
+    from conftest import LONGEST_FIRST, SAME_PROCESS
+
+    for scope in LONGEST_FIRST:
+        assert scope in SAME_PROCESS.values() or (ROOT / scope).is_file(), scope

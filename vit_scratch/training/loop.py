@@ -91,8 +91,11 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         SeededSamples(train_set, settings.seed), batch_sampler=batches,
         pin_memory=device.type == "cuda", **workers)
     share = settings.batch_size // world.size  # each process's part of a batch
+    # Validation and test pictures are read in this process: no augmentation, one pass per
+    # epoch, and a second set of workers would cost a fresh start of PyTorch per worker under
+    # the ``spawn`` start method (benchmarks/bench_workers.py).
     val_loader, test_loader = (torch.utils.data.DataLoader(
-        distributed.shard(d, world), batch_size=max(256, share), **workers)
+        distributed.shard(d, world), batch_size=max(256, share))
         for d in (val_set, test_set))
     model.to(device)
     runner = RUNNERS[settings.backend](model, settings, len(train_loader), state, world, device,
