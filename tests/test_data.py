@@ -1,6 +1,7 @@
 """The data: offline pictures and data sets, preprocessing that follows the model, the split,
 image folders, and the augmentation of a batch."""
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -156,6 +157,65 @@ def test_image_folder_datasets(tmp_path):
     (tmp_path / "empty" / "only").mkdir(parents=True)
     with pytest.raises(ValueError, match="holds no images in class subfolders"):
         make_datasets(str(tmp_path / "empty"), DIGITS16)
+
+
+class CountedReads:
+    """An ``ImageFolder``'s loader that counts the pictures it decodes."""
+
+    def __init__(self, loader):
+        self.loader, self.reads = loader, 0
+
+    def __call__(self, path):
+        self.reads += 1
+        return self.loader(path)
+
+
+def folder_of(dataset):
+    """The ``ImageFolder`` under a split (``Subset``) and its ``KeptPictures``, if any."""
+    from torch.utils.data import Subset
+
+    while isinstance(dataset, Subset) or hasattr(dataset, "kept"):
+        dataset = dataset.dataset if isinstance(dataset, Subset) else dataset.folder
+    return dataset
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_pictures_without_augmentation_are_decoded_once(tmp_path, monkeypatch, split):
+    """Pictures read without augmentation are decoded once and kept: a second epoch decodes
+    nothing and reads the same tensors; with augmentation the training split is decoded at
+    every read (each epoch draws other transforms); over the memory budget nothing is kept;
+    a pickled copy (a ``spawn`` worker's) starts empty."""
+    import pickle
+
+    from vit_scratch.data import ModelTransform, folders, image_folder_datasets
+
+    root = make_image_folder(tmp_path / "pets", per_class=6, split=split)
+
+    def reads_over_two_epochs(augment=None):
+        parts = image_folder_datasets(root, DIGITS16, val_fraction=0.25, augment=augment)
+        counters = {}
+        for part in parts:
+            inner = folder_of(part)
+            counters.setdefault(id(inner), CountedReads(inner.loader))
+            inner.loader = counters[id(inner)]
+        epochs = [[part[i][0] for part in parts for i in range(len(part))] for _ in range(2)]
+        return sum(c.reads for c in counters.values()), epochs, parts
+
+    reads, (first, second), parts = reads_over_two_epochs()
+    n = sum(len(part) for part in parts)
+    assert reads == n and all(a is b for a, b in zip(first, second))
+    monkeypatch.setattr(folders, "KEEP_BYTES", 0)
+    reads, (again, _), _ = reads_over_two_epochs()
+    assert reads == 2 * n and all(torch.equal(a, b) for a, b in zip(first, again))
+    monkeypatch.undo()
+    reads, _, (train, *_) = reads_over_two_epochs(ModelTransform(DIGITS16, flip=True))
+    assert reads == n + len(train)  # the training split twice, the others once
+    kept = parts[1]  # the validation split: Subsets of the kept folder
+    while not hasattr(kept, "kept"):
+        kept = kept.dataset
+    assert len(kept.kept) > 0 and pickle.loads(pickle.dumps(kept)).kept == {}
+    training_page = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
+    assert f"fits in {folders.KEEP_BYTES // 2 ** 20} MiB (float32)" in " ".join(training_page.split())
 
 
 def test_unknown_data_lists_the_known_ones():

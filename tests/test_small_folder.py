@@ -121,6 +121,19 @@ def test_training_at_chance_says_so_and_what_to_try(pictures, tmp_path):
     assert max(h["train_accuracy"] for h in learning["history"]) > 0.4 and not learning["notes"]
 
 
+def test_kept_pictures_train_as_pictures_read_every_epoch(pictures, monkeypatch):
+    """The folder's pictures decoded once and kept (data.folders.KeptPictures) give the run
+    that reading them from disk every epoch gives, loss for loss."""
+    from vit_scratch.data import folders
+
+    kept = train(picture_settings(pictures, None, epochs=2), log=lambda *_: None)
+    monkeypatch.setattr(folders, "KEEP_BYTES", 0)
+    read = train(picture_settings(pictures, None, epochs=2), log=lambda *_: None)
+    assert kept["history"] == [{**h, "train_seconds": k["train_seconds"]}  # all but the time
+                               for h, k in zip(read["history"], kept["history"])]
+    assert kept["test_accuracy"] == read["test_accuracy"]
+
+
 def test_curves_draw_chance_the_baseline_and_an_early_stop():
     import matplotlib.pyplot as plt
 

@@ -1,6 +1,7 @@
 """Folders of your own pictures: one subfolder per class (torchvision's ``ImageFolder``), with
 ``train/``, ``val/`` and ``test/`` subfolders as the split if present; pictures that do not
-decode refused or left out, named either way.
+decode refused or left out, named either way; pictures read without augmentation decoded once
+and kept (:class:`KeptPictures`).
 """
 from __future__ import annotations
 
@@ -91,10 +92,57 @@ def _image_folder(path: Path, transform, bad_images: str):
     return dataset
 
 
+#: The most memory a folder's kept pictures may take (:class:`KeptPictures`), per process.
+KEEP_BYTES = 512 * 2 ** 20
+
+
+class KeptPictures:
+    """A folder of pictures (an ``ImageFolder``) read through a transform without randomness,
+    each picture decoded and transformed once, at its first read, and kept in memory for the
+    next epochs -- when the whole folder at the model's input size takes at most
+    :data:`KEEP_BYTES` (float32), else read from disk every time.  The same items either way.
+
+    Infrastructure: a DataLoader worker keeps its own pictures (the kept ones are not pickled
+    into ``spawn`` workers).  ``classes``, ``targets``, ``samples`` and ``transform`` are the
+    folder's."""
+
+    def __init__(self, folder):
+        import math
+
+        self.folder = folder
+        self.classes, self.targets, self.samples = folder.classes, folder.targets, folder.samples
+        self.transform = folder.transform
+        size = 4 * math.prod(folder.transform.pretrained_cfg["input_size"]) * len(folder)
+        self.keeps = size <= KEEP_BYTES
+        self.kept = {}
+
+    def __len__(self) -> int:
+        return len(self.folder)
+
+    def __getitem__(self, index):
+        item = self.kept.get(index)
+        if item is None:
+            item = self.folder[index]
+            if self.keeps:
+                self.kept[index] = item
+        return item
+
+    def __getstate__(self):
+        return {**self.__dict__, "kept": {}}
+
+
+def _kept(folder):
+    """``folder`` with its pictures kept after their first read, if its transform draws no
+    random numbers."""
+    return folder if folder.transform.augments else KeptPictures(folder)
+
+
 def _with_transform(folder, transform):
     """The same ``ImageFolder`` (the same files, scanned once), read through ``transform``."""
     import copy
 
+    if isinstance(folder, KeptPictures):
+        folder = folder.folder
     if folder.transform is transform:
         return folder
     other = copy.copy(folder)
@@ -164,22 +212,23 @@ def image_folder_datasets(root, model, test_fraction: float = 0.2, seed: int = 0
     train_transform = augment if augment is not None else plain
     split = _split_folders(root)
     if split is not None:
-        parts = {name: _image_folder(path, train_transform if name == "train" else plain,
-                                     bad_images) for name, path in split.items()}
+        parts = {name: _kept(_image_folder(path, train_transform if name == "train" else plain,
+                                           bad_images)) for name, path in split.items()}
         _same_classes({split[name]: d for name, d in parts.items()})
         if val_fraction is None:
             return parts["train"], parts["test"]
         if "val" in parts:
             return parts["train"], parts["val"], parts["test"]
         train, val = validation_split(parts["train"], val_fraction, seed,
-                                      eval_dataset=_with_transform(parts["train"], plain))
+                                      eval_dataset=_kept(_with_transform(parts["train"], plain)))
         return train, val, parts["test"]
-    full = _image_folder(root, plain, bad_images)
+    full = _kept(_image_folder(root, plain, bad_images))
     is_test = stratified_split(np.asarray(full.targets), test_fraction, seed)
     if is_test.all() or not is_test.any():
         raise ValueError(f"data folder {str(root)!r} has too few images ({len(full)}) to split "
                          f"into train and test with test_fraction={test_fraction}")
-    train = Subset(_with_transform(full, train_transform), np.flatnonzero(~is_test).tolist())
+    train = Subset(full if augment is None else _with_transform(full, train_transform),
+                   np.flatnonzero(~is_test).tolist())
     test = Subset(full, np.flatnonzero(is_test).tolist())
     train.classes = test.classes = full.classes
     if val_fraction is None:
