@@ -208,7 +208,7 @@ def test_the_pages_quote_the_small_folder_and_workers_results():
     assert (f"the first epoch {configs['spawn']['first_epoch_seconds']:.2f} s against "
             f"{configs['fork']['first_epoch_seconds']:.2f} s") in training
     loads = workers["load_average_at_each_run"]
-    assert f"(load average {min(loads):.1f} to {max(loads):.1f})" in training
+    assert f"load average, still settling after one, {min(loads):.1f} to {max(loads):.1f})" in training
     # the training loader's workers kept for the run: spawn within 2× of fork per epoch, and
     # after their start, spawn costs what fork does
     assert workers["spawn_over_fork"] <= 2 and workers["spawn_over_fork_later_epochs"] <= 1.2
