@@ -25,11 +25,14 @@ Each results file says what it holds in its ``"benchmark"`` field:
   a teacher (DeiT's hard distillation), over several seeds.
 * ``"drop_path"``: ``bench_drop_path.py --json``, a deep, narrow ViT on the digits at several
   stochastic-depth rates, over several seeds.
+* ``"timm_suite"``: ``tools/timm_suite.py --full --json``, timm's own test_models.py on every
+  name both libraries have: the table timm test × family (``timm_suite.markdown``).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -281,11 +284,20 @@ def install_table(data: dict) -> str:
     return "\n".join(lines)
 
 
+def timm_suite_table(data: dict) -> str:
+    """timm's own tests on vit-scratch, test × family (``tools/timm_suite.py``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tools import timm_suite
+
+    return timm_suite.markdown(data)
+
+
 TABLES = {"digits": digits_table, "install": install_table, "models": models_table,
           "attention": attention_table, "small_folder": small_folder_table,
           "workers": workers_table, "vit_data_scaling": scaling_table, "cait": cait_table,
           "coat": coat_table, "attention_localisation": localisation_table,
-          "distillation": distillation_table, "drop_path": drop_path_table}
+          "distillation": distillation_table, "drop_path": drop_path_table,
+          "timm_suite": timm_suite_table}
 
 
 def table(path, part: str | None = None) -> str:

@@ -32,6 +32,7 @@ import importlib.metadata
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tarfile
@@ -224,6 +225,7 @@ def main(argv=None) -> int:
         report = run(fetch_tests(), names=names, leave_out=() if args.full else LEFT_OUT_OF_CI,
                      extra_args=args.pytest_args)
     if args.json:
+        report.update(benchmark="timm_suite", written_by="python " + shlex.join(sys.argv))
         Path(args.json).write_text(json.dumps(report, indent=1))
     counts = collections.Counter(i["outcome"] for i in report["items"])
     ran = sorted({i["name"] for i in report["items"] if i["name"] and i["outcome"] != "not run"})
