@@ -685,7 +685,7 @@ def table_pointer_problems(page: doccheck.Page, shown: dict[str, set[str]]) -> l
 
 def results_file_problems(path: Path, root: Path = ROOT) -> list[str]:
     """A results file is written by its script: ``written_by`` names a script of benchmarks/
-    that exists, the runs behind every summary are kept, and nothing in it was typed by hand."""
+    (or tools/, for a tool's saved report) that exists, the runs behind every summary are kept, and nothing in it was typed by hand."""
     name = path.relative_to(root).as_posix()
     data = json.loads(path.read_text(encoding="utf-8"))
     problems = []
@@ -694,9 +694,10 @@ def results_file_problems(path: Path, root: Path = ROOT) -> list[str]:
         kind = tables.load(path)["benchmark"]
         written_by = {"models": "python benchmarks/bench_models.py",
                       "attention": "python benchmarks/bench_attention.py"}.get(kind, "")
-    script = re.match(r"python (benchmarks/[\w-]+\.py)\b", written_by)
+    script = re.match(r"python ((?:benchmarks|tools)/[\w-]+\.py)\b", written_by)
     if not script:
-        problems.append(f"{name}: no 'written_by' naming the benchmark script that wrote it")
+        problems.append(f"{name}: no 'written_by' naming the benchmark or tool script that "
+                        f"wrote it")
     elif not (root / script.group(1)).is_file():
         problems.append(f"{name}: written by {script.group(1)}, which does not exist")
     text = json.dumps(data).lower()

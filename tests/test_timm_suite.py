@@ -11,6 +11,8 @@ distribution is fetched once from the package registry into ``~/.cache/vit-scrat
 registry and cache the test skips and says why.
 """
 import collections
+import json
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +74,21 @@ def test_skips_and_exclusions_are_timms_own(report):
     assert na["test_model_forward_features"]["reason"] == "timm excludes this family"
     assert na["test_model_inference"]["reason"] == "its models are timm's alone"  # test_* only
     assert "xcit_nano_12_p16_224" in na["test_prune_class_token_avg_pool"]["names"]
+
+
+def test_the_committed_full_run_passed_on_every_shared_name():
+    """The last ``--full`` run (every applicable test on every name both libraries have: about
+    an hour on 2 cores, so not in CI), committed as benchmarks/results/timm_suite.json and shown
+    in docs/library.md: it ran on every shared name, nothing failed, and what timm skipped, its
+    size limits skipped."""
+    report = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" /
+                         "timm_suite.json").read_text())
+    assert report["exitstatus"] == 0 and report["written_by"].endswith("--full --json "
+                                                                       "benchmarks/results/timm_suite.json")
+    items = [i for i in report["items"] if i["outcome"] != "not run"]
+    assert not [i["nodeid"] for i in items if i["outcome"] == "failed"]
+    assert {i["reason"] for i in items if i["outcome"] == "skipped"} <= set(TIMM_SKIPS)
+    assert {i["name"].partition(".")[0] for i in items if i["name"]} == set(
+        timm_suite.shared_names())
+    ran = {i["test"] for i in items if i["outcome"] == "passed"}
+    assert set(CORE) | set(timm_suite.LEFT_OUT_OF_CI) <= ran
