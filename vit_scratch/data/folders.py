@@ -227,7 +227,7 @@ def image_folder_datasets(root, model, test_fraction: float = 0.2, seed: int = 0
     if is_test.all() or not is_test.any():
         raise ValueError(f"data folder {str(root)!r} has too few images ({len(full)}) to split "
                          f"into train and test with test_fraction={test_fraction}")
-    train = Subset(full if augment is None else _with_transform(full, train_transform),
+    train = Subset(full if augment is None else _kept(_with_transform(full, train_transform)),
                    np.flatnonzero(~is_test).tolist())
     test = Subset(full, np.flatnonzero(is_test).tolist())
     train.classes = test.classes = full.classes
