@@ -50,7 +50,6 @@ from vit_scratch.train import TrainSettings, train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import experiment  # noqa: E402  (benchmarks/experiment.py: the results file)
-import tables  # noqa: E402  (benchmarks/tables.py: the table from the results file)
 
 TEACHER = "coat_lite_digits"
 STUDENT = "vit_digits"
@@ -191,11 +190,7 @@ def main(argv=None):
         "conditions": conditions,
         "paired": paired,
     }
-    print()
-    print(tables.distillation_table(data))
-    if args.json:
-        experiment.write(args.json, data)
-    return data
+    return experiment.report(data, args.json)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ from vit_scratch.train import TrainSettings, train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import experiment  # noqa: E402  (benchmarks/experiment.py: the results file)
-import tables  # noqa: E402  (benchmarks/tables.py: the table from the results file)
 
 MODEL = "vit_digits"
 DEEP_NARROW = dict(depth=12, embed_dim=32, num_heads=2)
@@ -105,11 +104,7 @@ def main(argv=None):
         "rates": rates,
         "paired": paired,
     }
-    print()
-    print(tables.drop_path_table(data))
-    if args.json:
-        experiment.write(args.json, data)
-    return data
+    return experiment.report(data, args.json)
 
 
 if __name__ == "__main__":

@@ -96,6 +96,18 @@ def finish(data: dict, clock: "CpuClock", path=None) -> dict:
     return data
 
 
+def report(data: dict, path=None) -> dict:
+    """The end of a benchmark over seeds: its table (``tables.py``, by ``data["benchmark"]``)
+    printed, and the results file written to ``path`` (none without)."""
+    import tables  # benchmarks/tables.py, beside this file
+
+    print()
+    print(tables.TABLES[data["benchmark"]](data))
+    if path:
+        write(path, data)
+    return data
+
+
 def stamp() -> str:
     return time.strftime("%H:%M:%S")
 
