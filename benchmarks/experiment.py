@@ -108,6 +108,35 @@ def report(data: dict, path=None) -> dict:
     return data
 
 
+# --- canaries: the cheapest slice of a results file's own command, re-run by a test ---------------
+
+#: The line a script prints after its canary slice: this prefix, then the numbers as JSON.
+CANARY_PREFIX = "CANARY "
+
+
+def canary_record(script: str, numbers: dict, argv=("--canary",)) -> dict:
+    """What a results file records as its canary: the command that re-runs the slice (run from
+    the repository root, one thread) and the exact numbers it gave.  ``tests/test_canaries.py``
+    runs every file's canary and compares the numbers exactly, so a change to the library's
+    numerics fails CI until the file is measured again."""
+    return {"command": f"python benchmarks/{script} " + shlex.join(argv),
+            "numbers": json.loads(json.dumps(numbers))}
+
+
+def print_canary(numbers: dict) -> dict:
+    """Print a canary's numbers on one line (the line the test reads); return them."""
+    print(CANARY_PREFIX + json.dumps(numbers, sort_keys=True), flush=True)
+    return numbers
+
+
+def read_canary(stdout: str) -> dict:
+    """The numbers of the last canary line in a script's output."""
+    lines = [line for line in stdout.splitlines() if line.startswith(CANARY_PREFIX)]
+    if not lines:
+        raise ValueError("the command printed no canary line (" + CANARY_PREFIX.strip() + " ...)")
+    return json.loads(lines[-1][len(CANARY_PREFIX):])
+
+
 def stamp() -> str:
     return time.strftime("%H:%M:%S")
 
