@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vit_scratch.data.clutter import TRAINER_SET, box_mask, digit_pool, digits_in_clutter
+from vit_scratch.data.clutter import (TRAINER_SET, box_mask, digit_pool, digits_in_clutter,
+                                      leftmost_digit, trainer_worlds)
 
 
 def test_the_same_arguments_give_the_same_canvases_and_a_new_seed_others():
@@ -109,15 +110,80 @@ def test_harder_settings_are_harder_for_a_simple_classifier():
     assert easy > 0.8 and hard < easy - 0.3
 
 
+def test_train_and_test_canvases_come_from_independent_random_streams():
+    """The same seed and size in the two pools: other labels, places and noise at every index
+    (one shared stream would repeat them, index by index)."""
+    kw = dict(canvas_size=24, distractors=1, clutter=1, seed=0)
+    for make in (digits_in_clutter, leftmost_digit):
+        args = kw if make is digits_in_clutter else dict(canvas_size=24, seed=0)
+        train, test = make(500, pool="train", **args), make(500, pool="test", **args)
+        assert (train.labels == test.labels).mean() < 0.3, "labels repeat index by index"
+        assert (train.boxes == test.boxes).all(axis=1).mean() < 0.1, "places repeat"
+        corner = (train.boxes[:, :2] > 2).all(axis=1) & (test.boxes[:, :2] > 2).all(axis=1) & (
+            train.distractor_boxes[:, 0, :2] > 2).all(axis=1) & (
+            test.distractor_boxes[:, 0, :2] > 2).all(axis=1)
+        background = train.images[corner, 0, 0, 0], test.images[corner, 0, 0, 0]
+        assert not np.allclose(*background), "the noise repeats"
+
+
 def test_bad_arguments_name_the_parameter():
     for kwargs, words in [(dict(n=0), "n"), (dict(canvas_size=6), "canvas_size 6"),
                           (dict(distractors=1, canvas_size=12), "distractors=1"),
                           (dict(noise=1.5), "noise"), (dict(rotate=-1.0), "rotate"),
                           (dict(grid=0), "grid"), (dict(pool="val"), "pool"),
-                          (dict(distractor_contrast=2.0), "distractor_contrast")]:
+                          (dict(distractor_contrast=2.0), "distractor_contrast"),
+                          (dict(test_fraction=0.0), r"test_fraction must be in \(0, 1\), got 0.0"),
+                          (dict(test_fraction=1.0), r"test_fraction must be in \(0, 1\), got 1.0"),
+                          (dict(split_seed=-1), "split_seed must be an int >= 0, got -1")]:
         n = kwargs.pop("n", 10)
         with pytest.raises(ValueError, match=words):
             digits_in_clutter(n, **kwargs)
+    for bad, words in [(dict(test_fraction=0.0), "test_fraction"), (dict(split_seed=-1), "split_seed"),
+                       (dict(min_shift=0), "min_shift"),
+                       (dict(canvas_size=16, min_shift=9), "min_shift=9")]:
+        with pytest.raises(ValueError, match=words):
+            leftmost_digit(10, **bad)
+    with pytest.raises(ValueError, match="split_seed"):
+        digit_pool("train", 0.2, -1)
+
+
+def test_the_trainer_set_asks_for_an_input_of_at_least_16_pixels():
+    with pytest.raises(ValueError, match=r"at least 16×16 pixels .* input is 8×8: .*img_size=16"):
+        trainer_worlds(8)
+    from vit_scratch.data import make_datasets
+
+    with pytest.raises(ValueError, match="img_size=16"):
+        make_datasets("digits_in_clutter", "coat_lite_digits")
+
+
+@pytest.mark.parametrize("size, grid", [(16, 1), (24, 1), (16, 8)])
+def test_leftmost_digit_labels_the_digit_further_left(size, grid):
+    world = leftmost_digit(600, canvas_size=size, grid=grid, noise=0.0, seed=1)
+    left, other = world.boxes, world.distractor_boxes[:, 0]
+    assert (left[:, 1] + 4 <= other[:, 1]).all(), "the label's digit is at least 4 pixels further left"
+    assert ((np.abs(left[:, 0] - other[:, 0]) >= 8) | (np.abs(left[:, 1] - other[:, 1]) >= 8)).all()
+    assert (world.distractor_labels[:, 0] != world.labels).all()
+    assert (np.bincount(world.labels, minlength=10) == 60).all()
+    assert (left[:, :2] % grid == 0).all() and (other[:, :2] % grid == 0).all()
+    digits, labels = digit_pool("train")
+    for image, label, o_label, box, o_box in zip(world.images[:50, 0], world.labels,
+                                                   world.distractor_labels[:, 0], left, other):
+        for cls, (t, l, h, w) in ((label, box), (o_label, o_box)):  # both drawn at full contrast
+            assert (np.abs(digits[labels == cls] - image[t:t + h, l:l + w]).max(axis=(1, 2))
+                    < 1e-6).any()
+    if grid == 8:  # the quadrants: the left digit in the left half, the other in the right
+        assert (left[:, 1] == 0).all() and (other[:, 1] == 8).all()
+
+
+def test_leftmost_digit_spreads_over_every_allowed_pair_of_places():
+    world = leftmost_digit(4000, canvas_size=16, seed=2)
+    pairs = {tuple(p) for p in np.c_[world.boxes[:, :2], world.distractor_boxes[:, 0, :2]]}
+    assert len(pairs) == 81 + 2 * 14  # side by side: 9 × 9 tops; stacked: 14 pairs of lefts, two orders
+    faint = leftmost_digit(300, canvas_size=16, distractor_contrast=0.5, noise=0.0, seed=2)
+    inside = box_mask(faint.distractor_boxes[:, 0], 16).astype(bool)
+    assert faint.images[:, 0][inside].max() <= 0.5 + 1e-6
+    again = leftmost_digit(300, canvas_size=16, distractor_contrast=0.5, noise=0.0, seed=2)
+    np.testing.assert_array_equal(faint.images, again.images)
 
 
 def test_the_trainer_trains_on_it_with_its_boxes():

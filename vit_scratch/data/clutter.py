@@ -23,6 +23,9 @@ for testing never show a digit that a training canvas shows, however many canvas
     >>> world.images.shape, world.labels.shape, world.boxes.shape
     ((1000, 1, 16, 16), (1000,), (1000, 4))
 
+:func:`leftmost_digit` makes the same kind of canvases for a task that position decides: two
+digits of different classes, labelled by the one further left.
+
 It is synthetic and small: 8×8 strokes enlarged by pixel repetition, one grey channel. It tests
 what a model learns about *where* a small object is and what surrounds it, not photographs.
 Written by hand with NumPy; scikit-learn supplies the digits and the stratified split.
@@ -65,7 +68,7 @@ def digit_pool(pool: str = "train", test_fraction: float = 0.2, split_seed: int 
     from ..extras import require
 
     validation.check_choice(pool, "pool", ("train", "test"))
-    validation.check_float(test_fraction, "test_fraction", 0.0, 1.0)
+    _check_pool_split(test_fraction, split_seed)
     datasets = require("sklearn.datasets", "the digits (bundled with scikit-learn)")
     split = require("sklearn.model_selection", "the pool split").train_test_split
     digits = datasets.load_digits()
@@ -74,6 +77,14 @@ def digit_pool(pool: str = "train", test_fraction: float = 0.2, split_seed: int 
                         random_state=split_seed)
     chosen = np.sort(train if pool == "train" else test)
     return (digits.images[chosen] / 16.0).astype(np.float32), digits.target[chosen].astype(np.int64)
+
+
+def _check_pool_split(test_fraction, split_seed) -> None:
+    """The pool split's arguments: each pool needs digits of every class, so ``test_fraction``
+    lies strictly between 0 and 1; ``split_seed`` is a seed, a non-negative int."""
+    validation.check_float(test_fraction, "test_fraction", 0.0, 1.0, low_open=True,
+                           high_open=True)
+    validation.check_int(split_seed, "split_seed", minimum=0)
 
 
 def digits_in_clutter(n: int, *, canvas_size: int = 16, scale: int = 1, distractors: int = 0,
@@ -97,6 +108,8 @@ def digits_in_clutter(n: int, *, canvas_size: int = 16, scale: int = 1, distract
     validation.check_float(rotate, "rotate", 0.0, 180.0)
     grid = validation.check_int(grid, "grid", minimum=1)
     validation.check_int(seed, "seed", minimum=0)
+    validation.check_choice(pool, "pool", ("train", "test"))
+    _check_pool_split(test_fraction, split_seed)
     if size < side:
         raise ValueError(f"canvas_size {size} is smaller than the digit ({side} pixels at "
                          f"scale={scale})")
@@ -145,6 +158,73 @@ def digits_in_clutter(n: int, *, canvas_size: int = 16, scale: int = 1, distract
 
     images = np.clip(canvas, 0.0, 1.0)[:, None]
     return Clutter(images, labels, boxes, d_boxes, d_labels, settings)
+
+
+def leftmost_digit(n: int, *, canvas_size: int = 16, scale: int = 1, min_shift: int = 4,
+                   distractor_contrast: float = 1.0, noise: float = 0.1, rotate: float = 0.0,
+                   grid: int = 1, pool: str = "train", test_fraction: float = 0.2,
+                   split_seed: int = 0, seed: int = 0) -> Clutter:
+    """``n`` canvases with two digits of different classes that do not overlap, labelled by the
+    digit **further left**: a task that only position decides.  The left digit's left edge is
+    at least ``min_shift`` pixels left of the other's, so that "further left" is visible;
+    every pair of places that allows (corners on multiples of ``grid``) is equally likely.
+    ``boxes`` and ``labels`` are the left digit's, ``distractor_boxes`` and
+    ``distractor_labels`` the other's (one per canvas).  Both are drawn at full contrast by
+    default; ``distractor_contrast`` < 1 draws the other one fainter, so that brightness also
+    tells the label.  The other arguments are :func:`digits_in_clutter`'s: the labels balanced
+    and shuffled, everything fixed by ``seed`` and the pool's split.
+
+        >>> world = leftmost_digit(1000, canvas_size=24, seed=0)
+        >>> bool((world.boxes[:, 1] + 4 <= world.distractor_boxes[:, 0, 1]).all())
+        True
+    """
+    n = validation.check_int(n, "n", minimum=1)
+    size = validation.check_int(canvas_size, "canvas_size", minimum=1)
+    side = 8 * validation.check_int(scale, "scale", minimum=1)
+    min_shift = validation.check_int(min_shift, "min_shift", minimum=1)
+    validation.check_float(distractor_contrast, "distractor_contrast", 0.0, 1.0)
+    validation.check_float(noise, "noise", 0.0, 1.0)
+    validation.check_float(rotate, "rotate", 0.0, 180.0)
+    grid = validation.check_int(grid, "grid", minimum=1)
+    validation.check_int(seed, "seed", minimum=0)
+    validation.check_choice(pool, "pool", ("train", "test"))
+    _check_pool_split(test_fraction, split_seed)
+    if size < side:
+        raise ValueError(f"canvas_size {size} is smaller than the digit ({side} pixels at "
+                         f"scale={scale})")
+    places = np.arange(0, size - side + 1, grid)  # where a digit's corner may go
+    top, left = (a.ravel() for a in np.meshgrid(places, places, indexing="ij"))  # (P,)
+    apart = (np.abs(top[:, None] - top[None]) >= side) | (np.abs(left[:, None] - left[None]) >= side)
+    first, second = np.nonzero(apart & (left[:, None] + min_shift <= left[None]))  # (pairs,)
+    if not len(first):
+        raise ValueError(f"canvas_size={size} has no room for two {side}-pixel digits that do not "
+                         f"overlap with one at least min_shift={min_shift} pixels left of the "
+                         f"other (corners on multiples of grid={grid})")
+    settings = dict(n=n, canvas_size=size, scale=scale, min_shift=min_shift,
+                    distractor_contrast=float(distractor_contrast), noise=float(noise),
+                    rotate=float(rotate), grid=grid, pool=pool, test_fraction=float(test_fraction),
+                    split_seed=split_seed, seed=seed, label="the digit further left")
+    digits, digit_labels = digit_pool(pool, test_fraction, split_seed)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0 if pool == "train" else 1]))
+    by_class = [np.flatnonzero(digit_labels == c) for c in range(10)]
+
+    labels = rng.permutation(np.arange(n) % 10).astype(np.int64)  # balanced, shuffled
+    other = (labels + rng.integers(1, 10, size=n)) % 10  # any class but the label
+    canvas = rng.uniform(0.0, noise, size=(n, size, size)).astype(np.float32)
+    pair = rng.integers(0, len(first), size=n)
+    a, b = first[pair], second[pair]  # the left digit's place, the other's
+
+    def draw(classes):  # a random source digit of each class, enlarged and rotated: (n, side, side)
+        big = digits[_pick(by_class, classes, rng)].repeat(scale, axis=1).repeat(scale, axis=2)
+        return _rotate(big, rng.uniform(-rotate, rotate, size=len(classes))) if rotate else big
+
+    _paste(canvas, draw(labels), top[a], left[a])
+    _paste(canvas, distractor_contrast * draw(other), top[b], left[b])
+    full = np.full(n, side)
+    boxes = np.stack([top[a], left[a], full, full], axis=1).astype(np.int64)
+    d_boxes = np.stack([top[b], left[b], full, full], axis=1).astype(np.int64)[:, None]
+    images = np.clip(canvas, 0.0, 1.0)[:, None]
+    return Clutter(images, labels, boxes, d_boxes, other[:, None].astype(np.int64), settings)
 
 
 def _pick(by_class, classes, rng) -> np.ndarray:
@@ -213,15 +293,23 @@ def box_mask(boxes, size: int) -> np.ndarray:
 #: 4-pixel patch grid of the small models, and one distractor at half contrast.
 TRAINER_SET = dict(n_train=8000, n_test=2000, distractors=1, distractor_contrast=0.5, clutter=0,
                    noise=0.1, rotate=0.0, grid=4)
+#: The smallest canvas of the trainer's set: two 8-pixel digits side by side.
+TRAINER_MIN_SIZE = 16
 
 
 def trainer_worlds(canvas_size: int, test_fraction: float = 0.2, seed: int = 0):
     """``(train, test)`` :class:`Clutter` sets of the trainer's ``digits_in_clutter``
     (``TRAINER_SET``) on ``canvas_size``² canvases: the training canvases from the pool's
     training digits, the test canvases from its test digits, both fixed by ``seed``."""
-    scale = max(1, canvas_size // 24)
+    size = validation.check_int(canvas_size, "canvas_size", minimum=1)
+    if size < TRAINER_MIN_SIZE:
+        raise ValueError(f"digits_in_clutter needs a model input of at least {TRAINER_MIN_SIZE}"
+                         f"×{TRAINER_MIN_SIZE} pixels (a digit and a distractor, 8 pixels each, "
+                         f"side by side), and this model's input is {size}×{size}: give the "
+                         f"model a larger input (e.g. --model-arg img_size={TRAINER_MIN_SIZE})")
+    scale = max(1, size // 24)
     knobs = {k: v for k, v in TRAINER_SET.items() if not k.startswith("n_")}
-    return tuple(digits_in_clutter(n, canvas_size=canvas_size, scale=scale, pool=pool,
+    return tuple(digits_in_clutter(n, canvas_size=size, scale=scale, pool=pool,
                                    test_fraction=test_fraction, split_seed=seed, seed=seed, **knobs)
                  for pool, n in (("train", TRAINER_SET["n_train"]), ("test", TRAINER_SET["n_test"])))
 
