@@ -462,3 +462,70 @@ def test_readme_quotes_the_distilled_run_from_its_metrics():
     settings = json.loads((runs / "vit_digits_distilled/settings.json").read_text(encoding="utf-8"))
     assert settings["settings"]["teacher"] == "runs/coat_lite_digits"
     assert settings["settings"]["model_kwargs"] == {"distilled": True}
+
+
+# --- what notebooks 01, 02, 03, 07, 08 and the README say about themselves ---------------------
+
+def notebook_cells(number: str) -> list[dict]:
+    path = next((ROOT / "notebooks").glob(f"{number}_*.ipynb"))
+    return json.loads(path.read_text(encoding="utf-8"))["cells"]
+
+
+def cell_text(cells: list[dict], kind: str) -> str:
+    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == kind)
+
+
+def test_readme_counts_the_papers_it_lists():
+    """The opening sentence's count of papers is the number of rows of "The papers", and it
+    names each model of the table."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme.split("## The papers", 1)[1].split("\n\n", 2)[1]
+    models = [row.split("|")[1].strip().split(" (")[0] for row in table.splitlines()[2:]]
+    count = ["zero", "one", "two", "three", "four", "five", "six"][len(models)]
+    opening = " ".join(readme.split("## Start here")[0].split())
+    m = re.search(r"(\w+) papers: (.*?), then", opening)
+    assert m and m.group(1).lower() == count, f"the README lists {len(models)} papers: {models}"
+    assert [name.strip("*") for name in re.findall(r"\*\*\w+\*\*", m.group(2))] == models
+
+
+def test_notebook_01_keeps_c_for_the_image_channels():
+    """C is the image's channels (3) and E the embedding width: a token's shape ends in E."""
+    cells = notebook_cells("01")
+    text = cell_text(cells, "markdown") + "\n" + cell_text(cells, "code")
+    assert "P, C, E = 16, 3, 192" in text
+    wrong = re.findall(r"\((?:[^()]*\bN\b[^()]*|1, 1), C\)|emb\}?_\{?C/2|\bC channels\b|C-channel",
+                       text)
+    assert not wrong, f"token shapes with C for the embedding width: {wrong}"
+
+
+def test_notebook_02_does_not_count_the_doublings_above_the_prediction():
+    """The cost table is measured on each run, and its explicit column can exceed the MACs'
+    ×4.0 at several doublings in a row: the prose says from where on, not how many times."""
+    cells = notebook_cells("02")
+    prose = cell_text(cells, "markdown")
+    bullet = prose.split("* **above** it", 1)[1].split("\n\n")[0]
+    assert not re.search(r"\b(once|twice|one doubling)\b", bullet), bullet
+    assert "from there on" in bullet
+
+
+def test_notebook_03_comments_the_number_of_canvases_it_draws():
+    code = cell_text(notebook_cells("03"), "code")
+    drawn = {int(n) for n in re.findall(r"world\.images\[:(\d+)\]", code)}
+    shown = {int(n) for n in re.findall(r"#[^\n]*\((\d+), 37, 37\)", code)}
+    assert len(drawn) == 1 and shown and shown <= drawn, (drawn, shown)
+
+
+def test_notebook_07_counts_the_pictures_its_model_learns_from():
+    """Section 11's fine-tuning learns from the training split less its validation tenth."""
+    from vit_scratch.data import make_datasets
+
+    train, val, _ = make_datasets("digits_on_canvas", "vit_digits", val_fraction=0.1)
+    prose = " ".join(cell_text(notebook_cells("07"), "markdown").split())
+    quoted = re.findall(r"learn that from ([\d,]+) pictures", prose)
+    assert quoted == [f"{len(train):,}"], (quoted, len(train), len(val))
+
+
+def test_notebook_08_does_not_call_an_average_pool_sharp():
+    prose = " ".join(cell_text(notebook_cells("08"), "markdown").split())
+    for sentence in re.split(r"(?<=[.:;])\s", prose):
+        assert not ("average pool" in sentence and "sharp" in sentence), sentence
