@@ -203,16 +203,38 @@ def _pm(stat: dict, scale: float = 100, digits: int = 1) -> str:
     return f"{scale * stat['mean']:.{digits}f} ± {scale * stat['std']:.{digits}f}"
 
 
-def scaling_table(data: dict) -> str:
-    """Test accuracy (%) against the number of training canvases (exp_vit_data_scaling.py)."""
+def _ci(interval: dict, scale: float = 100, digits: int = 1) -> str:
+    """``+1.2 (−0.5 to +2.9)``: a paired difference with its 95% interval."""
+    f = f"{{:+.{digits}f}}"
+    text = (f"{f.format(scale * interval['mean'])} ({f.format(scale * interval['low'])} to "
+            f"{f.format(scale * interval['high'])})")
+    return text.replace("-", "\u2212")
+
+
+def scaling_table(data: dict, part: str = "clutter") -> str:
+    """exp_vit_data_scaling.py, one task: test accuracy (%) against the number of training
+    canvases, the ViT minus the CNN with its 95% interval, and the slope of log test error
+    against log n of each model (mean over the seeds, its 95% interval)."""
     names = {"vit": "ViT (`vit_digits`)", "cnn": "small CNN", "svm": "SVM on the pixels"}
-    models = [m for m in names if m in data["curves"]]
-    sizes = sorted({int(n) for m in models for n in data["curves"][m]})
-    lines = ["| training canvases | " + " | ".join(names[m] for m in models) + " |",
-             "|---|" + "---|" * len(models)]
+    task = data["tasks"][part]
+    models = [m for m in names if m in task["curves"]]
+    sizes = sorted({int(n) for m in models for n in task["curves"][m]})
+    gap = task["comparisons"].get("cnn")
+    lines = ["| training canvases | " + " | ".join(names[m] for m in models)
+             + (" | ViT − CNN, points (95% CI) |" if gap else " |"),
+             "|---|" + "---|" * (len(models) + bool(gap))]
     for n in sizes:
-        lines.append(f"| {n:,} | " + " | ".join(f"{_pm(data['curves'][m][str(n)])} %"
-                                                for m in models) + " |")
+        cells = [f"{_pm(task['curves'][m][str(n)])} %" for m in models]
+        if gap:
+            cells.append(_ci(gap["at"][str(n)]["interval"]))
+        lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
+    if task["slopes"]:
+        cells = [_ci(task["slopes"][m]["interval"], 1, 2) if m in task["slopes"] else "--"
+                 for m in models]
+        if gap:
+            diff = task.get("slope_difference")
+            cells.append(f"slopes: {_ci(diff['interval'], 1, 2)}" if diff else "--")
+        lines.append("| slope of log error against log n (95% CI) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -243,20 +265,55 @@ def cait_table(data: dict, part: str = "depth") -> str:
     return "\n".join(lines)
 
 
+COAT_NAMES = {"both": "CRPE + CPE", "no_crpe": "CPE only", "no_cpe": "CRPE only",
+              "none": "neither"}
+
+
 def coat_table(data: dict, part: str = "positions") -> str:
-    """exp_coat.py: CRPE and CPE on and off, or the two parallel variants (test accuracy, %)."""
-    if part == "positions":
-        names = {"both": "CRPE + CPE", "no_crpe": "CPE only", "no_cpe": "CRPE only",
-                 "none": "neither"}
-        key, summary = "position encodings", data["positions"]["summary"]
-    else:
-        names = {"interpolation": "feature interpolation", "cross_attention": "cross-layer attention"}
-        key, summary = "parallel blocks", data["parallel"]["summary"]
-    lines = [f"| {key} | test accuracy | validation accuracy | parameters trained |",
-             "|---|---|---|---|"]
-    for name, entry in summary.items():
-        lines.append(f"| {names.get(name, name)} | {_pm(entry['test_accuracy'], digits=2)} % "
-                     f"| {_pm(entry['val_accuracy'], digits=2)} % | {entry['trained_params']:,} |")
+    """exp_coat.py: CRPE and CPE on and off on the left-digit task (test accuracy, %, on all
+    test canvases, the side-by-side ones and the stacked ones) with the negative control; the
+    contrasts with their intervals; or the two parallel variants."""
+    if part == "parallel":
+        names = {"interpolation": "feature interpolation",
+                 "cross_attention": "cross-layer attention"}
+        summary = data["parallel"]["summary"]
+        lines = ["| parallel blocks | test accuracy | validation accuracy | parameters trained |",
+                 "|---|---|---|---|"]
+        for name, entry in summary.items():
+            lines.append(f"| {names.get(name, name)} | {_pm(entry['test_accuracy'], digits=2)} % "
+                         f"| {_pm(entry['val_accuracy'], digits=2)} % "
+                         f"| {entry['trained_params']:,} |")
+        return "\n".join(lines)
+    positions = data["positions"]
+    if part == "contrasts":
+        c = positions["contrasts"]
+        rows = [("primary: CRPE + CPE − neither", c["primary"], ""),
+                ("positive control: the same, side-by-side canvases", c["positive_control"], ""),
+                ("the same, stacked canvases", c["stacked"], "")]
+        rows += [(f"{name}: {COAT_NAMES[v['a']]} − {COAT_NAMES[v['b']]}", v,
+                  "yes" if v["holm_rejected"] else "no") for name, v in c["secondary"].items()]
+        if "negative_control" in c:
+            rows.append(("negative control (brighter digit): CRPE + CPE − neither",
+                         c["negative_control"], ""))
+        lines = ["| contrast (test accuracy, paired by seed) | points (95% CI) | p | "
+                 "detectable, points | Holm: an effect |", "|---|---|---|---|---|"]
+        for name, v, holm in rows:
+            lines.append(f"| {name} | {_ci(v['interval'])} | {v['interval']['p_value']:.3f} | "
+                         f"{100 * v['detectable_effect']:.1f} | {holm or '--'} |")
+        return "\n".join(lines)
+    left = positions["summary"]["left"]
+    control = positions["summary"].get("brighter", {})
+    lines = ["| position encodings | learning rate | left digit: test accuracy | side by side "
+             "| stacked | brighter digit (control) | selected epoch | parameters trained |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, entry in left.items():
+        ctrl = f"{_pm(control[name]['test_accuracy'])} %" if name in control else "--"
+        lines.append(f"| {COAT_NAMES.get(name, name)} | {entry['lr']:g} "
+                     f"| {_pm(entry['test_accuracy'])} % "
+                     f"| {_pm(entry['test_accuracy_side_by_side'])} % "
+                     f"| {_pm(entry['test_accuracy_stacked'])} % | {ctrl} "
+                     f"| {entry['selected_epoch']['mean']:.1f} of "
+                     f"{positions['runs'][0]['epochs']} | {entry['trained_params']:,} |")
     return "\n".join(lines)
 
 
@@ -309,8 +366,10 @@ def table(path, part: str | None = None) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("results", help="a file under benchmarks/results/")
-    parser.add_argument("--part", help="the table of a file that has two: depth or class_token "
-                                       "(cait.json), positions or parallel (coat.json)")
+    parser.add_argument("--part", help="the table of a file that has several: depth or "
+                                       "class_token (cait.json), positions, contrasts or "
+                                       "parallel (coat.json), clutter or relational "
+                                       "(vit_data_scaling.json)")
     args = parser.parse_args(argv)
     print(table(args.results, args.part))
 
