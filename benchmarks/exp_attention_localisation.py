@@ -27,6 +27,11 @@ parts" rule would give), and against the same model untrained.  Each model is tr
 trainer (``vit_scratch.train.train``, the recipe of ``tools/remake_weights.py``, which also
 makes seed 0's checkpoints for notebooks 03 and 09), and must reach 95% test accuracy: the
 file records whether it did.  One thread per process.
+
+``--canary`` runs the cheapest slice of the same code: each recipe for one epoch on the first
+256 training, 128 validation and 128 test canvases of split 0 (the trainer's loop, its recipe
+and augmentation), then the shares on those test canvases; it prints the numbers, which the
+results file records (``tests/test_canaries.py`` re-runs it).
 """
 from __future__ import annotations
 
@@ -156,6 +161,39 @@ def run(kind: str, seed: int, epochs: int | None = None, keep: Path | None = Non
             "train_cpu_seconds": result["cpu_seconds"], **numbers}
 
 
+#: The canary: each recipe for one epoch on the first canvases of split 0.
+CANARY = dict(train=256, val=128, test=128, epochs=1)
+
+
+def canary() -> dict:
+    """The canary slice (see the module's docstring): its numbers, printed."""
+    from torch.utils.data import Subset
+
+    import vit_scratch
+    from vit_scratch.data import make_datasets
+    from vit_scratch.train import train
+
+    numbers = {}
+    for kind in MODELS:
+        settings = recipe_settings(kind, 0, CANARY["epochs"])
+        model = vit_scratch.create_model(settings.model, num_classes=10, **settings.model_kwargs)
+        splits = make_datasets(settings.data, model, settings.test_fraction, settings.split_seed,
+                               val_fraction=settings.val_fraction)
+        subsets = tuple(Subset(split, range(CANARY[part]))
+                        for split, part in zip(splits, ("train", "val", "test")))
+        for subset, split in zip(subsets, splits):
+            subset.classes = split.classes
+        result = train(settings, overwrite=True, log=lambda *_: None, datasets=subsets)
+        x, _, boxes, distractors = test_world(result["model"], 0, CANARY["test"])  # the subset's
+        size = tuple(result["model"].pretrained_cfg["input_size"][-2:])
+        view, grid_maps = next(iter(maps(kind, result["model"], x).items()))
+        numbers[kind] = {"test_accuracy": result["test_accuracy"],
+                         "final_train_loss": result["history"][-1]["train_loss"],
+                         "true_box": shares(grid_maps, boxes, distractors, size)["true_box"],
+                         "view": view}
+    return experiment.print_canary(numbers)
+
+
 def summarise(runs: list[dict]) -> dict:
     out = {}
     for kind in dict.fromkeys(r["model"] for r in runs):
@@ -191,6 +229,8 @@ def merge(paths, out=None) -> dict:
     data["settings"] = dict(parts[0]["settings"],
                             seeds=sorted({r["seed"] for r in runs}),
                             models={k: v for part in parts for k, v in part["settings"]["models"].items()})
+    if any(part.get("canary") != parts[0].get("canary") for part in parts):
+        raise ValueError("the parts' canaries differ: they ran different code")
     data.update(summary=summarise(runs), runs=runs,
                 cpu_seconds=sum(part["cpu_seconds"] for part in parts))
     if out:
@@ -210,11 +250,15 @@ def main(argv=None):
     parser.add_argument("--merge", nargs="+", metavar="FILE",
                         help="instead of training: put the runs of these results files (the same "
                              "experiment, other seeds or models, run in parallel processes) into one")
+    parser.add_argument("--canary", action="store_true",
+                        help="run the canary slice only and print its numbers")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     if args.merge:
         return merge(args.merge, args.json)
     experiment.one_thread()
+    if args.canary:
+        return canary()
     clock = experiment.CpuClock()
     import remake_weights
 
@@ -227,6 +271,7 @@ def main(argv=None):
     for r in runs:
         r.pop("per_image_true_box", None)
     data.update(summary=summarise(runs), runs=runs)
+    data["canary"] = experiment.canary_record("exp_attention_localisation.py", canary())
     return experiment.finish(data, clock, args.json)
 
 
