@@ -3,6 +3,7 @@ on a task that only position decides; and the two ways the parallel blocks excha
 
     python benchmarks/exp_coat.py --json benchmarks/results/coat.json
     python benchmarks/exp_coat.py --part positions --seeds 0 --lrs 1.5e-3   # a slice
+    python benchmarks/exp_coat.py --merge positions.json parallel.json --json coat.json
     python benchmarks/exp_coat.py --canary                                 # the canary slice
 
 CoaT (Xu et al., "Co-Scale Conv-Attentional Image Transformers", ICCV 2021) gives factorized
@@ -312,6 +313,39 @@ def canary(log=lambda *a, **k: None) -> dict:
     return experiment.print_canary(numbers)
 
 
+def merge(paths, out=None) -> dict:
+    """One results file from the two parts run in parallel processes (``--part positions`` and
+    ``--part parallel``): each part's runs, their summaries and contrasts computed again, the CPU
+    seconds added, ``written_by`` listing both commands; the parts' canaries must agree."""
+    import json
+
+    parts = [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
+    data = dict(parts[0])
+    data["written_by"] = " && ".join(part["written_by"] for part in parts)
+    commits = sorted({part["commit"] for part in parts})
+    data["commit"] = commits[0] if len(commits) == 1 else commits
+    for part in parts:
+        for key in ("positions", "positions_cpu_seconds", "parallel", "parallel_cpu_seconds"):
+            if key in part:
+                data[key] = part[key]
+    if any(part["canary"] != parts[0]["canary"] for part in parts):
+        raise ValueError("the parts' canaries differ: they ran different code")
+    if "positions" in data:
+        runs = data["positions"]["runs"]
+        data["positions"] = dict(data["positions"], summary={
+            task: summarise([r for r in runs if r["task"] == task], "variant")
+            for task in TASKS if any(r["task"] == task for r in runs)},
+            contrasts=position_contrasts(runs))
+    if "parallel" in data:
+        runs = data["parallel"]["runs"]
+        data["parallel"] = dict(data["parallel"], summary=summarise(runs, "parallel_mode"),
+                                contrast=contrast(runs, *PARALLEL["modes"], key="parallel_mode"))
+    data["cpu_seconds"] = sum(part["cpu_seconds"] for part in parts)
+    if out:
+        experiment.write(out, data)
+    return data
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--part", choices=["positions", "parallel", "both"], default="both")
@@ -321,8 +355,13 @@ def main(argv=None):
                         help="the learning-rate grid (tried on the first seed)")
     parser.add_argument("--canary", action="store_true",
                         help="run the canary slice only and print its numbers")
+    parser.add_argument("--merge", nargs="+", metavar="FILE",
+                        help="instead of training: put the parts of these results files (run in "
+                             "parallel processes) into one")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.json)
     experiment.one_thread()
     if args.canary:
         return canary()

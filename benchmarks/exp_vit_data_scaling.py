@@ -350,8 +350,9 @@ def canary(log=lambda *a, **k: None) -> dict:
 
 def merge(paths, out=None) -> dict:
     """One results file from several runs of this script on different tasks (run in parallel
-    processes): their tasks side by side, the CPU seconds added, ``written_by`` listing every
-    part's command; the parts' canaries must agree."""
+    processes): their tasks side by side, each task's summary computed again from its runs, the
+    CPU seconds added, ``written_by`` listing every part's command; the parts' canaries must
+    agree."""
     import json
 
     parts = [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
@@ -359,7 +360,8 @@ def merge(paths, out=None) -> dict:
     data["written_by"] = " && ".join(part["written_by"] for part in parts)
     commits = sorted({part["commit"] for part in parts})
     data["commit"] = commits[0] if len(commits) == 1 else commits
-    data["tasks"] = {task: entry for part in parts for task, entry in part["tasks"].items()}
+    data["tasks"] = {task: dict(entry, **summarise(entry["runs"], task))
+                     for part in parts for task, entry in part["tasks"].items()}
     data["settings"] = dict(parts[0]["settings"], tasks={
         task: spec for part in parts for task, spec in part["settings"]["tasks"].items()
         if task in part["tasks"]})
