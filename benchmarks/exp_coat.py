@@ -227,6 +227,10 @@ def summarise(runs: list[dict], key: str) -> dict:
     return out
 
 
+def _first_up(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def contrast(runs: list[dict], a: str, b: str, metric: str = "test_accuracy", key: str = "variant",
              **where) -> dict:
     """``a − b`` of ``metric`` paired by seed: its interval, the smallest effect the design
@@ -237,7 +241,7 @@ def contrast(runs: list[dict], a: str, b: str, metric: str = "test_accuracy", ke
              "cross_attention": "cross-layer attention"}
     return {"a": a, "b": b, "metric": metric, "interval": iv.to_dict(),
             "detectable_effect": stats.detectable_effect(iv.sd, iv.n) if iv.sd > 0 else 0.0,
-            "verdict": stats.verdict(iv, names.get(a, a), names.get(b, b))}
+            "verdict": _first_up(stats.verdict(iv, names.get(a, a), names.get(b, b)))}
 
 
 def position_contrasts(runs: list[dict]) -> dict:

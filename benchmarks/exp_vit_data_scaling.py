@@ -234,7 +234,7 @@ def compare(runs: list[dict], a: str, b: str, task: str) -> dict:
         at[str(n)] = {"interval": iv.to_dict(),
                       "detectable_effect": stats.detectable_effect(iv.sd, iv.n) if iv.sd > 0
                       else 0.0,
-                      "verdict": stats.verdict(iv, _first_up(NAMES[a]), NAMES[b])}
+                      "verdict": _first_up(stats.verdict(iv, NAMES[a], NAMES[b]))}
     rejected = stats.holm({n: v["interval"]["p_value"] for n, v in at.items()})
     signs = []
     for n, v in at.items():
@@ -244,8 +244,8 @@ def compare(runs: list[dict], a: str, b: str, task: str) -> dict:
     return {"a": a, "b": b, "sizes": sizes, "at": at, "signs": signs,
             "crossings": [dict(c, between=list(c["between"]))
                           for c in stats.crossings(sizes, signs)],
-            "sentence": stats.crossing_sentence(sizes, signs, _first_up(NAMES[a]), NAMES[b],
-                                                x_name="training canvases")}
+            "sentence": _first_up(stats.crossing_sentence(sizes, signs, NAMES[a], NAMES[b],
+                                                          x_name="training canvases"))}
 
 
 def slope_verdict(iv, detectable: float) -> str:
