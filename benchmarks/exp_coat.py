@@ -80,7 +80,7 @@ SIZES = dict(train=4000, val=1000, test=2000)
 VAL_SEED = 1000  # the validation canvases of seed s are drawn with seed VAL_SEED + s
 POSITIONS = dict(model="coat_lite_digits", model_args={"img_size": 16, "global_pool": "avg"},
                  steps=400, batch_size=64, weight_decay=0.05, label_smoothing=0.1, warmup=0.1)
-LR_GRID = (1.5e-3, 3e-3)
+LR_GRID = (7.5e-4, 1.5e-3)
 PRIMARY = {"task": "left", "a": "both", "b": "none"}
 SECONDARY = {"CRPE beside CPE": ("both", "no_crpe"), "CPE beside CRPE": ("both", "no_cpe"),
              "CPE alone": ("no_crpe", "none"), "CRPE alone": ("no_cpe", "none")}
