@@ -40,8 +40,6 @@ import torch
 from . import run_folder
 from .extras import require
 
-#: Where the files go inside a run folder (or beside a checkpoint file).
-EXPORT = "export"
 #: Each format and its file.
 FORMATS = {"onnx": "model.onnx", "torchscript": "model.torchscript.pt", "pt2": "model.pt2"}
 MANIFEST = "export.json"
@@ -59,7 +57,7 @@ def export_folder(run, out=None) -> Path:
     if out is not None:
         return Path(out)
     run = Path(run)
-    return (run if run.is_dir() else run.parent) / EXPORT
+    return (run if run.is_dir() else run.parent) / run_folder.EXPORT
 
 
 def check_formats(formats) -> list[str]:

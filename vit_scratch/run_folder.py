@@ -47,10 +47,11 @@ METRICS_CSV = "metrics.csv"
 METRICS = "metrics.json"
 CURVES = "curves.png"
 RUN_FILES = (CHECKPOINT, BEST, STATE, SETTINGS, METRICS_CSV, METRICS, CURVES)
-#: Where ``evaluate`` and ``predict`` write by default, inside the run folder.
+#: Where ``evaluate``, ``predict`` and ``export`` write by default, inside the run folder.
 EVALUATION = "evaluation"
 PREDICTIONS = "predictions"
-RUN_FOLDERS = (EVALUATION, PREDICTIONS)
+EXPORT = "export"
+RUN_FOLDERS = (EVALUATION, PREDICTIONS, EXPORT)
 
 #: Settings that may change when a run is resumed: they do not change what is computed
 #: (``accum_steps`` only up to float rounding), or only what happens after the last epoch
