@@ -270,6 +270,7 @@ class ModelBase(nn.Module):
 
     def forward_head(self, features: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """Pool, then classify; ``features`` come from the caller: their width is checked."""
+        interface.check_flags(pre_logits=pre_logits)
         x = self.pool(features)
         validation.check_last_dim(x.shape, self.num_features, "pooled features")
         return self.classify(x, pre_logits)
@@ -353,6 +354,9 @@ class ModelBase(nn.Module):
         index; the final features are then those of the last block run."""
         take = interface.resolve_indices(indices, len(self.blocks))
         interface.check_output_fmt(output_fmt)
+        interface.check_flags(return_prefix_tokens=return_prefix_tokens, norm=norm,
+                              stop_early=stop_early, intermediates_only=intermediates_only,
+                              output_dict=output_dict)
         x = self.embed(images)  # checks the images
         p = self.patch_embed.patch_size
         grid = (images.shape[-2] // p, images.shape[-1] // p)
@@ -377,6 +381,7 @@ class ModelBase(nn.Module):
         (``forward`` then returns ``forward_features``' tokens).  Returns the indices, counted
         from the first block.  A pruned model is a feature extractor: its ``cfg`` stays the
         one it was built from."""
+        interface.check_flags(prune_norm=prune_norm, prune_head=prune_head)
         take = interface.resolve_indices(indices, len(self.blocks))
         self.blocks = self.blocks[:take[-1] + 1]
         self.feature_info = self.feature_info[:len(self.blocks)]
@@ -393,6 +398,7 @@ class ModelBase(nn.Module):
     def get_intermediate_layers(self, images, n=1, reshape: bool = False, norm: bool = False):
         """timm's older API: the outputs of the last ``n`` blocks (or of blocks ``n`` if a
         list), (B, N, C) tokens without the class token, or (B, C, gh, gw) with ``reshape``."""
+        interface.check_flags(reshape=reshape)
         return tuple(self.forward_intermediates(images, indices=n, norm=norm,
                                                 output_fmt="NCHW" if reshape else "NLC",
                                                 intermediates_only=True))
