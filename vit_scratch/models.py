@@ -291,8 +291,9 @@ def split_options(family: Family, kwargs: dict, name: str | None = None) -> tupl
     options checked (a ``ValueError`` naming the option and the value).  The config fields
     take the defaults of a ``pretrained_cfg_overlay`` (:func:`overlay_defaults`); ``name`` is
     the registered name (the overlay's ``architecture``).  ``out_indices`` and ``feature_cls``
-    without ``features_only=True`` are a ``TypeError``, as in timm (whose model classes then
-    get them)."""
+    without ``features_only=True`` are a ``TypeError``: timm's model classes refuse
+    ``feature_cls`` so, and timm drops ``out_indices`` without a word, which hides a forgotten
+    ``features_only=True``."""
     from . import validation
 
     rest = dict(kwargs)
@@ -313,7 +314,7 @@ def split_options(family: Family, kwargs: dict, name: str | None = None) -> tupl
             raise TypeError(f"{' and '.join(given)} without features_only=True: "
                             f"{'they are options' if len(given) > 1 else 'it is an option'} of "
                             f"the backbone of feature maps (features_only=True), and the model "
-                            f"itself takes no such argument (as in timm)")
+                            f"itself takes no such argument")
     if features.get("feature_cls") not in (None, "getter"):
         raise ValueError(f"feature_cls must be 'getter' (features from forward_intermediates, "
                          f"which every family has) or None, got {features['feature_cls']!r}")
