@@ -429,6 +429,21 @@ def test_pretrained_cfg_overlay_gives_the_preprocessing_and_the_input_as_timm():
     assert numpy_model.pretrained_cfg == ours.pretrained_cfg
 
 
+def test_a_checkpoint_keeps_the_preprocessing_of_its_overlay(tmp_path):
+    """A model built with another preprocessing, saved, comes back with it (``load_model``:
+    what ``predict``, ``evaluate`` and ``export`` read)."""
+    from vit_scratch.run_folder import load_model
+
+    data = dict(mean=(0.3, 0.3, 0.3), std=(0.2, 0.2, 0.2), crop_pct=0.8,
+                interpolation="bilinear")
+    model = vit_scratch.create_model("deit_tiny_patch16_224", img_size=32, depth=1,
+                                     num_classes=2, pretrained_cfg_overlay=data)
+    vit_scratch.save_checkpoint(model, tmp_path / "m.safetensors", class_names=["a", "b"])
+    loaded = load_model(tmp_path / "m.safetensors")
+    assert {k: loaded.pretrained_cfg[k] for k in data} == data
+    assert loaded.pretrained_cfg == model.pretrained_cfg
+
+
 @pytest.mark.parametrize("name", ["vit_tiny_patch16_224", "coat_lite_tiny"])
 def test_group_matcher_orders_every_parameter_like_timm(name):
     """Layer-wise learning-rate decay's groups (timm's group_parameters reads our matcher): the

@@ -37,7 +37,8 @@ from pathlib import Path
 import torch
 
 from .models import create_model
-from .weights import CheckpointError, load_checkpoint, read_model_info, save_checkpoint
+from .weights import (DATA_CONFIG_KEYS, CheckpointError, load_checkpoint, read_model_info,
+                      save_checkpoint)
 
 CHECKPOINT = "checkpoint.safetensors"
 BEST = "best.safetensors"
@@ -282,8 +283,11 @@ def load_model(path, device="cpu"):
                               f"'model_name' in its metadata: it was not saved by "
                               f"vit_scratch.save_checkpoint from a model of create_model); "
                               f"build the model yourself and use vit_scratch.load_checkpoint")
+    preprocessing = {k: v for k, v in (info.get("pretrained_cfg") or {}).items()
+                     if k in DATA_CONFIG_KEYS}  # as recorded (a pretrained_cfg_overlay's too)
     try:
-        model = create_model(info["model_name"], **info["model_config"])
+        model = create_model(info["model_name"], **info["model_config"],
+                             pretrained_cfg_overlay=preprocessing)
     except (ValueError, TypeError) as error:
         raise CheckpointError(f"checkpoint file {str(path)!r}: its metadata does not describe "
                               f"a model ({error})") from None
