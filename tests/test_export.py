@@ -241,6 +241,8 @@ def test_export_command_writes_files_equal_to_the_model(checkpoint, capsys):
     printed = capsys.readouterr().out
     assert printed.count("equal to the PyTorch model at batch sizes 2, 1, 3") == 3
     assert printed.rstrip().endswith(f"-> {out}")
+    export.main([str(folder), "--formats", "torchscript"])  # replaces the whole export
+    assert sorted(p.name for p in out.iterdir()) == ["export.json", "model.torchscript.pt"]
 
 
 def test_export_command_writes_nothing_when_a_file_differs(checkpoint, tmp_path, monkeypatch,

@@ -6,7 +6,8 @@
 
 RUN is a run folder (its selected checkpoint) or a checkpoint file alone (its metadata names the
 model, the preprocessing and the classes).  Writes into ``--out`` (default: RUN/export, or
-``export/`` beside a checkpoint file), replacing the files of an earlier export:
+``export/`` beside a checkpoint file), replacing an earlier export (its files of formats not
+written this time are removed):
 
     model.onnx            ONNX (PyTorch's exporter built on torch.export), for onnxruntime and
                           the other ONNX runtimes
@@ -162,6 +163,8 @@ def export_run(run, out=None, formats=tuple(FORMATS), log=print) -> dict:
         folder.mkdir(exist_ok=True)
         for name in [*files, MANIFEST]:
             os.replace(Path(tmp) / name, folder / name)
+        for name in set(FORMATS.values()) - set(files):  # an earlier export's other files
+            (folder / name).unlink(missing_ok=True)
     log(f"-> {folder}")
     return manifest
 
