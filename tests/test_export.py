@@ -282,3 +282,15 @@ def test_export_command_bad_input_is_one_line(checkpoint, tmp_path, capsys, argv
         export.main(argv)
     error = capsys.readouterr().err.strip()
     assert message in error and "\n" not in error
+
+
+def test_a_run_replaced_with_overwrite_loses_its_export(tmp_path):
+    """``--overwrite`` removes what the commands wrote into the run folder, the export too (it
+    holds the replaced run's model)."""
+    from vit_scratch import run_folder
+
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "model.onnx").write_bytes(b"")
+    (tmp_path / "notes.txt").write_text("mine")
+    run_folder.remove_run_files(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
