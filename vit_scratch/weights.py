@@ -329,7 +329,8 @@ def timm_kwargs(path) -> dict:
         cfg = models.get_config(name, **info["model_config"])
     except (ValueError, TypeError) as error:
         raise CheckpointError(f"checkpoint file {str(path)!r}: its metadata does not describe a "
-                              f"model of this library ({error})") from None
+                              f"model of this library ({error}); was it written by another "
+                              f"version of vit_scratch? That version rebuilds it") from None
     try:
         kwargs = cfg.timm_kwargs()
     except ValueError as error:
