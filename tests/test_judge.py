@@ -176,7 +176,8 @@ def _as_user_or_skip():
 
 def test_as_an_ordinary_user_what_cannot_be_read_is_a_reason_not_a_crash():
     """An unreadable file, a link into a folder the user cannot read, an unreadable folder:
-    each is a reason for that submission, read by a collector running as an ordinary user."""
+    each is a reason for that submission, read by a collector running as an ordinary user; a
+    folder above a submission that the user may pass through but not list is no obstacle."""
     uid, gid = _as_user_or_skip()
     home = Path(tempfile.mkdtemp(prefix="vit-scratch-judge-user-"))
     stage = Path(tempfile.mkdtemp(prefix="vit-scratch-judge-stage-"))
@@ -186,15 +187,17 @@ def test_as_an_ordinary_user_what_cannot_be_read_is_a_reason_not_a_crash():
         closed = _folder(home / "closed", {"ex05_class_attention.py": "x = 1\n"})
         (subs / "a" / "ex05_class_attention.py").symlink_to(closed / "ex05_class_attention.py")
         _folder(subs / "b", {f"{E04}.py": _solution()})
+        _folder(subs / "pass-only" / "c", {f"{E04}.py": _solution()})
         as_user.give(home, uid, gid)
         os.chmod(subs / "a" / f"{E04}.py", 0)
         os.chmod(closed, 0)
         os.chmod(subs / "b", 0)
+        os.chmod(subs / "pass-only", 0o311)
         code = ("import json, sys; from pathlib import Path; from exercises.grader.submission import collect\n"
                 "out = {}\n"
-                "for name in ('a', 'b'):\n"
-                f"    f = collect('{subs}/' + name, Path('{home}') / ('copy-' + name), repository=Path('{ROOT}'),"
-                f" exercises_dir=Path('{EXERCISES}'))\n"
+                "for name in ('a', 'b', 'pass-only/c'):\n"
+                f"    f = collect('{subs}/' + name, Path('{home}') / ('copy-' + name.replace('/', '-')),\n"
+                f"                repository=Path('{ROOT}'), exercises_dir=Path('{EXERCISES}'))\n"
                 "    out[name] = [sorted(f.modules), f.notes, f.refused]\n"
                 "print(json.dumps(out))\n")
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "LC_ALL": "C.UTF-8", "HOME": str(home)}
@@ -207,6 +210,7 @@ def test_as_an_ordinary_user_what_cannot_be_read_is_a_reason_not_a_crash():
         assert notes == {E04: f"{E04}.py cannot be read (Permission denied)",
                          "ex05_class_attention": "ex05_class_attention.py is a symbolic link: submit the file itself"}
         assert got["b"][2] == f"the submission folder {subs / 'b'} cannot be read ({subs / 'b'}: permission denied)"
+        assert got["pass-only/c"] == [[E04], {}, None]
     finally:
         for folder in (home, stage):
             for path in [folder, *folder.rglob("*")]:
@@ -278,6 +282,19 @@ def test_a_bad_argument_is_one_line_before_anything_is_graded(tmp_path, make, me
     last = result.stderr.strip().splitlines()[-1]
     assert message in last and "Traceback" not in result.stderr, result.stderr
     assert "Hidden tests" not in result.stdout and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_report_path_that_becomes_a_folder_during_grading_keeps_the_report(tmp_path):
+    """The file is made ready before grading; if another user makes a folder at its path
+    meanwhile, the move fails and the filled file stays where the grader says it is."""
+    from exercises.grader.grade import ReportFile
+
+    report = ReportFile(tmp_path / "class.json")
+    assert Path(report.tmp).parent == tmp_path and Path(report.tmp).is_file()
+    (tmp_path / "class.json").mkdir()
+    with pytest.raises(IsADirectoryError):
+        report.write([{"score": 5}])
+    assert json.loads(Path(report.tmp).read_text()) == [{"score": 5}]
 
 
 def test_release_into_a_file_is_one_line(tmp_path):

@@ -21,9 +21,11 @@ the points and the report. The learner's code runs in one process per exercise, 
 bubblewrap sandbox (:mod:`.bubblewrap`) that holds neither those nor the repository; it
 receives inputs and sends back outputs as data; the judge computes what is expected, compares,
 and adds up the points. See ``docs/instructors.md``. Exit status: 0 whenever the grader could
-grade (whatever the scores); 2 on a usage error (``--json`` that cannot be written among them), in a student copy (no hidden tests: use
-``python -m exercises.check``), without a sandbox (unless ``--trust-submissions``), or when the
-grader's files differ from ``exercises/grader/hidden/manifest.json``.
+grade (whatever the scores); 2 on a usage error (a ``--json`` file that cannot be written among
+them), in a student copy (no hidden tests: use ``python -m exercises.check``), without a sandbox
+(unless ``--trust-submissions``), or when the grader's files differ from
+``exercises/grader/hidden/manifest.json``; 1 when the report could not be moved to its path
+(the message says where it is).
 """
 from __future__ import annotations
 
@@ -306,8 +308,8 @@ def _grade(args, parser, jobs, report_file, bytecode) -> int:
                     ids = job.get("exercises") or ids_all
                     unknown = [i for i in ids if i not in registry]
                     if unknown:
-                        parser.error(f"--batch {args.batch}, entry {n}: unknown exercise {printable(repr(unknown[0]), 80)} "
-                                     "(IDs like \"2.1\")")
+                        parser.error(f"--batch {args.batch}, entry {n}: unknown exercise "
+                                     f"{printable(repr(unknown[0]), 80)} (IDs like \"2.1\")")
                     batch.append((folder, ids, float(job.get("time_limit") or args.time_limit),
                                   float(job.get("submission_time") or args.submission_time)))
                 with integrity.private_bytecode(own_bytecode):

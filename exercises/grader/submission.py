@@ -7,7 +7,8 @@ learner's folder is never read again, and the sandbox never sees it.
 
 The copy is made through file descriptors, never by a path that can change under the judge:
 
-* the folder is opened from ``/``, one component at a time, each with ``O_NOFOLLOW``: a folder
+* the folder is opened from ``/``, one component at a time, each with ``O_NOFOLLOW`` (the
+  folders above it with ``O_PATH``, which needs no permission to read them): a folder
   that is a symbolic link, or whose path passes through one (``/proc/self/cwd/...`` among
   them), is refused with the reason, and so is a folder inside the grader's repository or its
   working folder (but the repository's own ``exercises/`` and ``exercises/solutions/``);
@@ -40,6 +41,8 @@ COURSE_FILES = frozenset({"__init__.py", "check.py", "grade.py", "release.py", "
                           "visible_checks.py", "visible_checks_cait_coat.py",
                           "visible_checks_backprop.py", "test_visible.py"})
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# the folders above a submission are only walked through: O_PATH needs no read permission on them
+_WALK_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 # Called as PAUSE(event, name) at each step of reading a folder: "listed" once, then for each
@@ -93,16 +96,20 @@ def open_folder(path: str) -> int:
     if not os.path.isabs(path):
         raise Refused(f"the submission folder {path} is not an absolute path")
     parts = [p for p in path.split("/") if p not in ("", ".")]
-    fd = os.open("/", _DIR_FLAGS)
+    fd = os.open("/", _DIR_FLAGS if not parts else _WALK_FLAGS)
     walked = ""
     try:
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
             walked += "/" + part
             try:
-                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                child = os.open(part, _DIR_FLAGS if last else _WALK_FLAGS, dir_fd=fd)
             except OSError as err:
                 raise Refused(_why_not_a_folder(err, fd, part, walked, path, last)) from None
+            if not stat.S_ISDIR(os.fstat(child).st_mode):          # O_PATH may open a link itself
+                os.close(child)
+                raise Refused(_why_not_a_folder(OSError(errno.ENOTDIR, "Not a directory"), fd, part, walked,
+                                                path, last))
             os.close(fd)
             fd = child
         return fd
@@ -140,7 +147,7 @@ def _ancestors(fd: int) -> list[tuple[int, int]]:
             if chain and chain[-1] == here:
                 return chain
             chain.append(here)
-            parent = os.open("..", _DIR_FLAGS, dir_fd=current)
+            parent = os.open("..", _WALK_FLAGS, dir_fd=current)
             os.close(current)
             current = parent
     finally:
