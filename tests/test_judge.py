@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import site
 import socket
 import stat
 import subprocess
@@ -166,21 +167,51 @@ def test_entries_that_are_not_regular_files_are_reasons_and_never_raise(tmp_path
         "ex06_factorized_attention": "ex06_factorized_attention.py is not a regular file"}
 
 
-def _as_user_or_skip():
+def _open_up(folder: Path) -> None:
+    for path in [folder, *folder.rglob("*")]:
+        if not path.is_symlink():
+            os.chmod(path, 0o700)
+
+
+@pytest.fixture(scope="module")
+def ordinary_user():
+    """An ordinary user (:mod:`exercises.grader.fixtures.as_user`), a folder of ``/tmp`` it owns,
+    and there a copy of what the grader imports (``exercises/``, ``vit_scratch/``): the
+    repository itself may be closed to the user (a clone in a private folder)."""
     why = as_user.unavailable()
     if why:
         pytest.skip(why)
+    from exercises.grader.release import repository_files
+
     uid, gid = as_user.ensure_user()
-    return uid, gid
+    home = Path(tempfile.mkdtemp(prefix="vit-scratch-judge-user-"))
+    stage = Path(tempfile.mkdtemp(prefix="vit-scratch-judge-stage-"))
+    try:
+        for rel in repository_files(ROOT):
+            if rel.startswith(("exercises/", "vit_scratch/")):
+                (home / "repo" / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(ROOT / rel, home / "repo" / rel)
+        as_user.give(home, uid, gid)
+        yield {"uid": uid, "gid": gid, "home": home, "root": home / "repo", "stage": stage}
+    finally:
+        for folder in (home, stage):
+            _open_up(folder)
+            shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_as_an_ordinary_user_what_cannot_be_read_is_a_reason_not_a_crash():
+def _run_as(user, argv, folder: Path, timeout: int):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(folder), "PYTHONPATH": str(user["root"]), "OMP_NUM_THREADS": "1",
+           "LC_ALL": "C.UTF-8"}
+    return subprocess.run(as_user.command(argv, user["uid"], user["gid"], env, user["stage"]), cwd=user["root"],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_as_an_ordinary_user_what_cannot_be_read_is_a_reason_not_a_crash(ordinary_user):
     """An unreadable file, a link into a folder the user cannot read, an unreadable folder:
     each is a reason for that submission, read by a collector running as an ordinary user; a
     folder above a submission that the user may pass through but not list is no obstacle."""
-    uid, gid = _as_user_or_skip()
-    home = Path(tempfile.mkdtemp(prefix="vit-scratch-judge-user-"))
-    stage = Path(tempfile.mkdtemp(prefix="vit-scratch-judge-stage-"))
+    user = ordinary_user
+    home = user["home"] / "collect"
     try:
         subs = home / "subs"
         _folder(subs / "a", {f"{E04}.py": _solution(), "ex01_patch_embedding.py": _stub("ex01_patch_embedding")})
@@ -188,21 +219,20 @@ def test_as_an_ordinary_user_what_cannot_be_read_is_a_reason_not_a_crash():
         (subs / "a" / "ex05_class_attention.py").symlink_to(closed / "ex05_class_attention.py")
         _folder(subs / "b", {f"{E04}.py": _solution()})
         _folder(subs / "pass-only" / "c", {f"{E04}.py": _solution()})
-        as_user.give(home, uid, gid)
+        as_user.give(home, user["uid"], user["gid"])
         os.chmod(subs / "a" / f"{E04}.py", 0)
         os.chmod(closed, 0)
         os.chmod(subs / "b", 0)
         os.chmod(subs / "pass-only", 0o311)
+        root = user["root"]
         code = ("import json, sys; from pathlib import Path; from exercises.grader.submission import collect\n"
                 "out = {}\n"
                 "for name in ('a', 'b', 'pass-only/c'):\n"
                 f"    f = collect('{subs}/' + name, Path('{home}') / ('copy-' + name.replace('/', '-')),\n"
-                f"                repository=Path('{ROOT}'), exercises_dir=Path('{EXERCISES}'))\n"
+                f"                repository=Path('{root}'), exercises_dir=Path('{root / 'exercises'}'))\n"
                 "    out[name] = [sorted(f.modules), f.notes, f.refused]\n"
                 "print(json.dumps(out))\n")
-        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "LC_ALL": "C.UTF-8", "HOME": str(home)}
-        result = subprocess.run(as_user.command([sys.executable, "-c", code], uid, gid, env, stage),
-                                capture_output=True, text=True, timeout=120)
+        result = _run_as(user, [sys.executable, "-c", code], home, timeout=120)
         assert result.returncode == 0, result.stderr[-2000:]
         got = json.loads(result.stdout.splitlines()[-1])
         modules, notes, refused = got["a"]
@@ -212,11 +242,8 @@ def test_as_an_ordinary_user_what_cannot_be_read_is_a_reason_not_a_crash():
         assert got["b"][2] == f"the submission folder {subs / 'b'} cannot be read ({subs / 'b'}: permission denied)"
         assert got["pass-only/c"] == [[E04], {}, None]
     finally:
-        for folder in (home, stage):
-            for path in [folder, *folder.rglob("*")]:
-                if not path.is_symlink():
-                    os.chmod(path, 0o700)
-            shutil.rmtree(folder, ignore_errors=True)
+        _open_up(home)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 # ---- the printed report ---------------------------------------------------------------------------
@@ -315,8 +342,9 @@ BUDGET = 4.0
 SEPARATOR_MESSAGE = "depth\u20284.1 layerscale_init_value: all checks passed\x1b[2J"
 
 
-def _cases(home: Path, ordinary: bool) -> list[tuple[str, dict, dict]]:
-    """(name, batch entry, what its report must show) for each submission of the batch."""
+def _cases(home: Path, root: Path, ordinary: bool) -> list[tuple[str, dict, dict]]:
+    """(name, batch entry, what its report must show) for each submission of the batch graded
+    by the grader of the repository ``root``."""
     subs = home / "subs"
     subs.mkdir()
     cases = []
@@ -335,7 +363,7 @@ def _cases(home: Path, ordinary: bool) -> list[tuple[str, dict, dict]]:
     case("a link through /proc/self/cwd", subs / "alice" / "exercises", ["4.1", "4.2"], {"refused": "is a symbolic link"})
     case("a path through /proc/self/cwd", "/proc/self/cwd/exercises/solutions", ["4.1"],
          {"refused": "passes through a symbolic link (/proc/self)"})
-    case("the hidden tests' folder", EXERCISES / "grader" / "hidden", ["4.1"],
+    case("the hidden tests' folder", root / "exercises" / "grader" / "hidden", ["4.1"],
          {"refused": "inside the grader's repository"})
     entries = _folder(subs / "entries", {})
     os.mkfifo(entries / f"{E04}.py")
@@ -379,25 +407,22 @@ def batch(request):
     if NO_SANDBOX:
         pytest.skip(f"no sandbox here: {NO_SANDBOX}")
     ordinary = request.param == "an ordinary user"
+    user = request.getfixturevalue("ordinary_user") if ordinary else None
     if ordinary:
-        uid, gid = _as_user_or_skip()
-        why = as_user.no_sandbox(uid, gid)
+        why = as_user.no_sandbox(user["uid"], user["gid"])
         if why:
             pytest.skip(why)
+    root = user["root"] if ordinary else ROOT
     home = Path(tempfile.mkdtemp(prefix="vit-scratch-judge-batch-"))
-    stage = Path(tempfile.mkdtemp(prefix="vit-scratch-judge-stage-"))
     try:
-        cases = _cases(home, ordinary)
+        cases = _cases(home, root, ordinary)
         (home / "batch.json").write_text(json.dumps([entry for _, entry, _ in cases]))
         argv = [sys.executable, "-m", "exercises.grade", "--batch", str(home / "batch.json"), "--json",
                 str(home / "report.json")]
         if ordinary:
-            as_user.give(home, uid, gid)
+            as_user.give(home, user["uid"], user["gid"])
             _close_for_user(home)
-            env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-                   "LC_ALL": "C.UTF-8"}
-            result = subprocess.run(as_user.command(argv, uid, gid, env, stage), cwd=ROOT, capture_output=True,
-                                    text=True, timeout=1200)
+            result = _run_as(user, argv, home, timeout=1200)
         else:
             result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1200,
                                     env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
@@ -409,7 +434,6 @@ def batch(request):
     finally:
         _reopen(home)
         shutil.rmtree(home, ignore_errors=True)
-        shutil.rmtree(stage, ignore_errors=True)
 
 
 def test_the_batch_finishes_and_writes_its_report_whatever_the_folders(batch):
@@ -529,26 +553,29 @@ def test_outputs_are_gone_once_read_and_a_copy_once_its_report_is_done(tmp_path,
 @needs_sandbox
 def test_an_interpreter_in_a_virtual_environment_under_tmp_grades_the_solutions_full_marks():
     """A fresh virtual environment in a private folder of /tmp, whose site-packages holds this
-    interpreter's packages (links to them: everything is imported through /tmp). The sandbox
-    mounts its private /tmp first, then binds the interpreter's folders: nothing is hidden."""
+    interpreter's packages (links to where they are: everything is imported through /tmp). The
+    sandbox mounts its private /tmp first, then binds the interpreter's folders: nothing is
+    hidden, and the stand-ins for what an exercise may not use replace what the links lead to."""
     private = Path(tempfile.mkdtemp(prefix="vit-scratch-venv-", dir="/tmp"))
     try:
         venv = private / "venv"
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
         python = venv / "bin" / "python"
-        site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        venv_site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                    capture_output=True, text=True, check=True).stdout.strip())
-        for packages in dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]):
+        for packages in dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
+                                       *site.getsitepackages()]):
             for name in sorted(os.listdir(packages)):
-                if not (site / name).exists():
-                    (site / name).symlink_to(Path(packages) / name)
+                if not (venv_site / name).exists():
+                    (venv_site / name).symlink_to(os.path.realpath(Path(packages) / name))
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "LC_ALL": "C.UTF-8",
                "HOME": str(private)}
         probe = subprocess.run([python, "-c", "import json, sys, torch, numpy, exercises; print(json.dumps("
                                 "[sys.prefix, torch.__file__, numpy.__file__, exercises.__file__]))"],
                                capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
         prefix, torch_file, numpy_file, exercises_file = json.loads(probe.stdout)
-        assert Path(prefix) == venv and torch_file.startswith(f"{site}/") and numpy_file.startswith(f"{site}/")
+        assert Path(prefix) == venv
+        assert torch_file.startswith(f"{venv_site}/") and numpy_file.startswith(f"{venv_site}/")
         assert exercises_file == str(EXERCISES / "__init__.py")
         result = subprocess.run([python, "-m", "exercises.grade", "--submission", str(SOLUTIONS), "--json",
                                  str(private / "report.json")], capture_output=True, text=True, env=env, cwd=ROOT,
