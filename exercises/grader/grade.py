@@ -232,9 +232,6 @@ def main(argv=None, bytecode=None) -> int:
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
     jobs = read_jobs(args, parser)
-    for sub in args.submission or []:
-        if "\0" in sub:
-            parser.error(f"--submission {printable(repr(sub), 200)}: a path cannot hold a NUL character")
 
     if not (integrity.HIDDEN / "__init__.py").is_file():
         print("grade: the hidden tests (exercises/grader/hidden/) are not here -- this is a student copy. "
