@@ -203,9 +203,37 @@ def save_state(out: Path, model, state: dict) -> None:
     save_atomic(lambda p: torch.save(state, p), out / STATE)
 
 
+#: What ``trainer_state.pt`` holds (``training.progress.RunProgress.save``), and their types.
+STATE_KEYS = {"epoch": int, "settings": dict, "optimizer": dict, "history": list,
+              "train_seconds": float, "cpu_seconds": float, "best_epoch": int, "classes": list,
+              "model": dict}
+
+
 def load_state(out: Path) -> dict:
-    """The saved trainer state of the run in ``out`` (tensors and plain containers only)."""
-    return torch.load(out / STATE, map_location="cpu", weights_only=True)
+    """The saved trainer state of the run in ``out`` (tensors and plain containers only).  A
+    file that ``torch.load(weights_only=True)`` cannot read, or that lacks what ``--resume``
+    needs, is a ``CheckpointError`` naming it and what to do instead."""
+    path = Path(out) / STATE
+    instead = (f"its weights after the last saved epoch are in {str(Path(out) / CHECKPOINT)!r}: "
+               f"start a new run from them with --init {Path(out) / CHECKPOINT} and another "
+               f"--out, or start again with --overwrite")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 -- every reader's error: the file is damaged
+        first = (str(error).strip().splitlines() or [""])[0][:160]
+        raise CheckpointError(f"{str(path)!r} is damaged: torch.load cannot read it "
+                              f"({type(error).__name__}: {first}); {instead}") from None
+    wrong = [f"{key} (a {kind.__name__})" for key, kind in STATE_KEYS.items()
+             if not isinstance(state, dict) or not isinstance(state.get(key), kind)
+             and not (kind is float and isinstance(state.get(key), int))]
+    if wrong:
+        raise CheckpointError(f"{str(path)!r} is damaged: it lacks {', '.join(wrong)}; "
+                              f"{instead}")
+    if state["epoch"] != len(state["history"]) or not 1 <= state["best_epoch"] <= state["epoch"]:
+        raise CheckpointError(f"{str(path)!r} is damaged: its epoch {state['epoch']}, best "
+                              f"epoch {state['best_epoch']} and history of "
+                              f"{len(state['history'])} epochs disagree; {instead}")
+    return state
 
 
 def append_metrics_row(out: Path, record: dict) -> None:
