@@ -366,6 +366,20 @@ def open_run(run, device="cpu"):
     return model, checkpoint, folder
 
 
+def check_output_folder(out, files: str) -> None:
+    """``--out`` of the commands that read a run (``evaluate``, ``predict``): a folder, or
+    nothing yet; a file there (or in its path) is a ``ValueError`` naming ``--out``, before
+    anything is computed.  ``files``: what the command writes, for the message."""
+    if out is None:
+        return
+    out = Path(out)
+    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        where = "is a file" if existing == out else f"is inside the file {str(existing)!r}"
+        raise ValueError(f"--out {str(out)!r} {where}; the command writes a folder of files "
+                         f"({files}): choose a folder")
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """The commands' help: ``(default: ...)`` after each option, except where the help text
     says its default itself (or there is none)."""
