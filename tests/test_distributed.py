@@ -155,13 +155,16 @@ def test_torchrun_two_processes_equal_one_with_the_default_augmentation(tmp_path
     parts: the same per-epoch losses and accuracies as one process (to 1e-6), the same weights
     (to 2e-6; the attention key bias as ``same_model`` explains) and logits (to 1e-5).  Each
     picture is trained on once per epoch and evaluated by one process; the CPU seconds add up
-    over the processes; rank 0 alone prints.  Then both runs resume in one process, extended
-    by an epoch, and stay equal."""
+    over the processes; rank 0 alone prints, its warnings too (a picture that does not decode,
+    left out, is named once).  Then both runs resume in one process, extended by an epoch,
+    and stay equal."""
     data = make_pictures(tmp_path / "pictures", per_class=20)  # 33 train / 15 val / 12 test
+    (data / "cat" / "broken.png").write_bytes(b"not a picture")  # sorted last: left out
     args = ["--data", str(data), "--test-fraction", "0.2", "--val-fraction", "0.3125",
             "--batch-size", "8", "--epochs", "2", "--lr", "1e-2", "--warmup-epochs", "0.5",
             "--select", "last", "--model-arg", "drop_path_rate=0.0", "--device", "cpu",
-            "--threads", "1", "--progress", "off", "--baseline", "none", *TINY_ARGS]
+            "--threads", "1", "--progress", "off", "--baseline", "none",
+            "--bad-images", "skip", *TINY_ARGS]
     ids = tmp_path / "ids"
     ids.mkdir()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "IDS_DIR": str(ids),
@@ -172,6 +175,7 @@ def test_torchrun_two_processes_equal_one_with_the_default_augmentation(tmp_path
          str(tmp_path / "two")], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("epoch   2/2") == 1  # rank 0 alone prints
+    assert done.stderr.count("warning: left out 1 picture(s)") == 1, done.stderr[-3000:]
     one = main([*args, "--out", str(tmp_path / "one")])
     two = json.loads((tmp_path / "two" / METRICS).read_text())
     assert two["processes"] == 2 and one["processes"] == 1

@@ -719,3 +719,78 @@ def test_ctrl_c_exits_130_and_says_how_to_resume(pictures, tmp_path, monkeypatch
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the folder is complete as far as it went
         assert load_model(out).num_classes == 3
+
+
+# --- what the log says about time, and about a small validation split --------------------------
+
+def test_each_epoch_line_gives_its_own_time_the_total_and_the_time_left(pictures, monkeypatch):
+    """Epochs that take 2, 4, 6 and 8 s (a clock the test sets): each line gives its own time,
+    the run's so far, and the epochs left times the median epoch so far."""
+    from types import SimpleNamespace
+
+    from vit_scratch.training import loop
+
+    ticks = iter([0, 2, 2, 6, 6, 12, 12, 20])  # each epoch's start and end
+    monkeypatch.setattr(loop, "time", SimpleNamespace(perf_counter=lambda: float(next(ticks)),
+                                                      process_time=lambda: 0.0))
+    logs = []
+    result = train(picture_settings(pictures, None, epochs=4, baseline="none"), log=logs.append)
+    ends = [line[line.rindex("("):] for line in logs if line.startswith("epoch ")]
+    assert ends == ["(2.0 s, 2.0 s in all, about 6.0 s left)",   # 3 × 2
+                    "(4.0 s, 6.0 s in all, about 6.0 s left)",   # 2 × median(2, 4)
+                    "(6.0 s, 12 s in all, about 4.0 s left)",    # 1 × median(2, 4, 6)
+                    "(8.0 s, 20 s in all)"]
+    assert [h["train_seconds"] for h in result["history"]] == [2.0, 6.0, 12.0, 20.0]
+    assert [loop.duration(s) for s in (4.25, 42, 720, 9000)] == ["4.2 s", "42 s", "12 min",
+                                                                 "2.5 h"]
+
+
+def test_a_small_validation_split_is_named_with_a_larger_one():
+    from vit_scratch.training.loop import small_validation
+
+    assert small_validation(100, 900, carved=True) is None
+    text = small_validation(44, 389, carved=True)  # the class project's folder
+    assert text.startswith("warning: the validation split has 44 pictures: one picture moves "
+                           "its accuracy by 2.3 points")
+    assert text.endswith("--val-fraction 0.25 holds out about 108 of the 433 training pictures, "
+                         "or --select last tests the last epoch instead")
+    assert "--val-fraction 0.30 holds out about 105 of the 350" in small_validation(35, 315, True)
+    for tiny in (small_validation(9, 27, carved=True), small_validation(44, 389, carved=False)):
+        assert tiny.endswith("more validation pictures would help, or --select last tests the "
+                             "last epoch instead")
+
+
+def test_the_run_warns_of_its_small_validation_split(picture_run, capsys):
+    _, result = picture_run
+    assert result["images"]["val"] == 9
+    assert result["notes"][0].startswith("warning: the validation split has 9 pictures")
+    big = train(digits_settings(None, epochs=1), log=quiet)  # 144 validation digits
+    assert not any("validation split" in note for note in big["notes"])
+
+
+class BurnsCPU(torch.utils.data.Dataset):
+    """Pictures that take 0.05 s of CPU each to read (a busy loop on the process's clock)."""
+
+    def __init__(self, n: int = 16):
+        self.images = torch.randn(n, 1, 24, 24, generator=torch.Generator().manual_seed(0))
+        self.labels = torch.arange(n) % 2
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, index):
+        import time
+
+        start = time.process_time()
+        while time.process_time() - start < 0.05:
+            pass
+        return self.images[index], self.labels[index]
+
+
+def test_cpu_seconds_count_the_loader_workers():
+    """Reading each picture costs 0.05 CPU s in a worker: 2 epochs of 16 pictures, 1.6 s that
+    the main process, which only waits for them, does not spend itself."""
+    settings = digits_settings(None, epochs=2, batch_size=8, workers=2, baseline="none")
+    held_out = torch.utils.data.TensorDataset(torch.zeros(4, 1, 24, 24), torch.arange(4) % 2)
+    result = train(settings, datasets=(BurnsCPU(), held_out, held_out), log=quiet)
+    assert result["cpu_seconds"] >= 1.6

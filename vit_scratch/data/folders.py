@@ -35,7 +35,7 @@ def _reason(error: BaseException) -> str:
     from PIL import UnidentifiedImageError
 
     if isinstance(error, UnidentifiedImageError):
-        return "not a picture format Pillow recognises (or a damaged header)"
+        return "not a picture format Pillow recognises, or a damaged header"
     return str(error) or type(error).__name__
 
 
