@@ -572,6 +572,8 @@ def test_unknown_model_and_data_list_the_known_ones(tmp_path, capsys):
     (["--select", "worst"], "argument --select: invalid choice: 'worst'"),
     (["--crop-scale", "2"], "--crop-scale must be in [0, 1]"),
     (["--flip"], "--flip, --crop-scale and --color-jitter augment folders of pictures"),
+    (["--precision", "fp8"], "argument --precision: invalid choice: 'fp8'"),
+    (["--backend", "numpy", "--precision", "fp16"], "does not take --precision fp16"),
 ])
 def test_bad_numbers_are_refused(argv, needle, tmp_path, capsys):
     fails([*argv, "--out", str(tmp_path / "run")], capsys, needle)
@@ -688,6 +690,77 @@ def test_bf16_autocast_path_runs_on_the_cpu(pictures):
     result = train(picture_settings(pictures, None, epochs=1, precision="bf16"), log=quiet)
     assert result["precision"] == "bf16" and math.isfinite(result["history"][0]["train_loss"])
     assert next(result["model"].parameters()).dtype == torch.float32  # weights stay fp32
+
+
+def test_auto_precision_is_fp16_with_a_scaler_where_the_gpu_lacks_bf16(monkeypatch):
+    """--precision auto asks the GPU: bf16 where it has it, fp16 (which needs a gradient
+    scaler) where it does not (a T4, a V100); fp32 on the CPU.  A GPU without bf16 is only
+    simulated here: the choice is made before anything runs on it."""
+    from vit_scratch.training.settings import needs_grad_scaler, resolve_precision
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    for supported, expected in ((True, torch.bfloat16), (False, torch.float16)):
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: supported)
+        assert resolve_precision("auto", cuda) == expected
+        assert needs_grad_scaler(expected) == (not supported)
+    with pytest.raises(ValueError, match=r"precision 'bf16' was asked for but cuda does not "
+                                         r"support it \(--precision fp16 trains in fp16"):
+        resolve_precision("bf16", cuda)
+    assert resolve_precision("fp16", cuda) == resolve_precision("fp16", cpu) == torch.float16
+    assert resolve_precision("auto", cpu) is None and resolve_precision("fp32", cuda) is None
+    assert not needs_grad_scaler(torch.bfloat16) and not needs_grad_scaler(None)
+
+
+def test_the_gradient_scaler_unscales_and_skips_a_step_that_overflows():
+    """train_step with a GradScaler: the loss is scaled (by a power of two) before the backward
+    pass and the gradients unscaled before AdamW, so in fp32 the step is the unscaled one bit
+    for bit; a step whose gradients overflow (planted: an infinite gradient) leaves the weights
+    as they were and halves the scale."""
+    torch.manual_seed(0)
+    model = vit_scratch.create_model("vit_digits", **TINY, drop_path_rate=0.0)
+    twin = vit_scratch.create_model("vit_digits", **TINY, drop_path_rate=0.0)
+    twin.load_state_dict(model.state_dict())
+    images, labels = torch.randn(16, 1, 24, 24), torch.randint(0, 10, (16,))
+    scaler = torch.amp.GradScaler("cpu")
+    for m, s in ((model, None), (twin, scaler)):
+        optimizer = torch.optim.AdamW(param_groups(m, 0.05), lr=1e-2)
+        train_step(m.train(), images, labels, optimizer, 0.1, scaler=s)
+    for (name, a), b in zip(model.state_dict().items(), twin.state_dict().values()):
+        assert torch.equal(a, b), name
+    before = {k: v.clone() for k, v in twin.state_dict().items()}
+    scale = scaler.get_scale()
+    overflow = twin.head.weight.register_hook(lambda g: torch.full_like(g, float("inf")))
+    train_step(twin, images, labels, optimizer, 0.1, scaler=scaler)
+    overflow.remove()
+    assert all(torch.equal(before[k], v) for k, v in twin.state_dict().items())
+    assert scaler.get_scale() == scale / 2
+
+
+def test_fp16_with_a_gradient_scaler_trains_and_resumes_exactly_on_the_cpu(pictures, tmp_path):
+    """--precision fp16 on the CPU (where autocast allows it, slowly): the scaler's path, the
+    weights kept in fp32, the scaler's state saved for --resume, which continues the run bit
+    for bit.  (On a GPU the same code runs in fp16 kernels: a CUDA machine checks it.)"""
+    logs = []
+    settings = picture_settings(pictures, tmp_path / "whole", precision="fp16", epochs=2)
+    whole = train(settings, log=logs.append)
+    assert whole["precision"] == "fp16" and "(fp16 autocast, gradient scaler)" in logs[0]
+    assert all(math.isfinite(h["train_loss"]) for h in whole["history"])
+    assert next(whole["model"].parameters()).dtype == torch.float32
+    saved = load_state(tmp_path / "whole")["grad_scaler"]
+    assert set(saved) >= {"scale", "_growth_tracker"} and saved["scale"] > 0
+
+    def stop(epoch, record):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(picture_settings(pictures, tmp_path / "cut", precision="fp16", epochs=2),
+              log=quiet, on_epoch_end=stop)
+    resumed = main(["--out", str(tmp_path / "cut"), "--resume"])
+    for key in ("train_loss", "val_loss", "lr"):
+        assert [h[key] for h in resumed["history"]] == [h[key] for h in whole["history"]], key
+    a, b = weights(tmp_path / "whole" / CHECKPOINT), weights(tmp_path / "cut" / CHECKPOINT)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert load_state(tmp_path / "cut")["grad_scaler"] == saved
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -41,7 +41,7 @@ from . import yardsticks
 from .recipe import count_params, epoch_seed
 from .runners import RUNNERS
 from .settings import (SettingsError, TrainSettings, auto_threads, build_model,
-                       check_settings)
+                       check_settings, precision_name)
 
 
 def train(settings: TrainSettings, resume: bool = False, overwrite: bool = False, log=print,
@@ -124,7 +124,7 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         f"{tuple(model.pretrained_cfg['input_size'])}, {len(classes)} classes, "
         f"{plural(settings.epochs, 'epoch')} on {device}"
         f"{f' × {world.size} processes' if world.size > 1 else ''}"
-        f"{' (bf16 autocast)' if runner.autocast_dtype is not None else ''}"
+        f"{_precision_label(runner)}"
         f"{runner.label}, {plural(torch.get_num_threads(), 'thread')}")
     notes = []
     small = small_validation(len(val_set), len(train_set), _validation_carved(settings, datasets))
@@ -165,7 +165,7 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         walls.append(time.perf_counter() - wall0)
         improved = run.add(record, model, walls[-1], cpu)
         if out is not None and world.main:
-            run.save(out, model, runner.optimizer, settings, classes, improved)
+            run.save(out, model, runner.optimizer, settings, classes, improved, runner.scaler)
         log(f"epoch {epoch + 1:3d}/{settings.epochs}  loss {record['train_loss']:.4f}  "
             f"train acc {record['train_accuracy']:.4f}  val loss {record['val_loss']:.4f}  "
             f"val acc {record['val_accuracy']:.4f}{'  best' if improved else ''}  "
@@ -192,7 +192,7 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         "params": count_params(model),
         "images": {"train": len(train_set), "val": len(val_set), "test": len(test_set)},
         "device": str(device), "processes": world.size,
-        "precision": "bf16" if runner.autocast_dtype is not None else "fp32",
+        "precision": precision_name(runner.autocast_dtype),
         "threads": torch.get_num_threads(), "torch": str(torch.__version__),
         "settings": asdict(settings), "history": run.history}
     if out is not None and world.main:
@@ -208,6 +208,14 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         f"{run.cpu_seconds:.1f} s CPU in all processes, {device})"
         f"{f' -> {out}' if out is not None else ''}")
     return {**result, "model": model, "out": out}
+
+
+def _precision_label(runner) -> str:
+    """`` (bf16 autocast)``, `` (fp16 autocast, gradient scaler)`` or nothing (fp32)."""
+    if runner.autocast_dtype is None:
+        return ""
+    scaled = ", gradient scaler" if runner.scaler is not None else ""
+    return f" ({precision_name(runner.autocast_dtype)} autocast{scaled})"
 
 
 def plural(n: int, word: str) -> str:
