@@ -100,7 +100,9 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
     model, classes = _model_for_the_data(settings, datasets, state, out, log)
     train_set, val_set, test_set = _datasets(settings, model, datasets)
     run = RunProgress.start(state, settings, out, world, device, log)
-    batches = distributed.BatchShares(len(train_set), settings.batch_size, world, settings.seed)
+    batches = distributed.BatchShares(
+        len(train_set), settings.batch_size, world, settings.seed,
+        labels=dataset_labels(train_set) if settings.balanced_sampling else None)
     workers = dict(num_workers=settings.workers, persistent_workers=settings.workers > 0)
     samples = SeededSamples(train_set, settings.seed)
     if settings.workers:

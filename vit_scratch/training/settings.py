@@ -138,6 +138,10 @@ class TrainSettings:
         "by a factor in [1 - F, 1 + F] (0: off)", metavar="F")
     seed: int = setting(0, "seeds the initialisation, the data order, the augmentation and "
                            "dropout", metavar="N")
+    balanced_sampling: bool = setting(
+        False, "draw each epoch's training pictures so that every class is seen equally often: "
+        "a small class's pictures repeat, a large class's are sub-sampled, and an epoch keeps "
+        "its number of pictures (off: every picture once an epoch)")
     select: str = setting(
         "best", "the checkpoint the final test uses: 'best' (the epoch of the best validation "
         "accuracy, saved as best.safetensors) or 'last'", choices=("best", "last"))
