@@ -115,8 +115,10 @@ class TrainSettings:
     warmup_epochs: float | None = setting(
         None, "epochs of linear warm-up before the cosine decay to 0, may be fractional "
         "(default: 2, or a tenth of --epochs if that is less)", metavar="N")
-    label_smoothing: float = setting(0.1, "share of the target spread over the other classes",
-                                     metavar="F")
+    label_smoothing: float = setting(
+        0.1, "share of the target spread evenly over all the classes: the true class's target "
+        "is 1 - F + F/classes, so the trained model's probabilities top out near it, not near 1 "
+        "(0.92 for 5 classes at 0.1)", metavar="F")
     teacher: str | None = setting(
         None, "hard distillation (DeiT): a run folder or checkpoint file of a trained model whose "
         "predictions the student's distillation head learns; the loss is 1/2 CE(class head, "
