@@ -1,26 +1,29 @@
 """Evaluate a trained model: accuracy, top-k, per-class precision and recall, the confusion
-matrix.
+matrix, and the misclassified pictures of each class.
 
     python -m vit_scratch.evaluate runs/pets                      # the run's own test split
     python -m vit_scratch.evaluate runs/pets --data new_pictures/ # every picture of a folder
     python -m vit_scratch.evaluate runs/pets/best.safetensors --data new_pictures/
 
-RUN is a run folder (its selected checkpoint, ``--checkpoint`` to choose) or a checkpoint file
-alone (its metadata names the model, the preprocessing and the classes).  ``--data``: a folder
-with one subfolder per class, whose pictures are all evaluated, or a built-in data set
-(``digits``), whose test split is; without it, the run's own test split (the same
-``--test-fraction`` and ``--split-seed``).  The data's classes must be the checkpoint's.
+RUN is a run folder (the checkpoint its ``--select`` chose) or a checkpoint file alone (its
+metadata names the model, the preprocessing and the classes).  ``--data``: a folder with one
+subfolder per class, whose pictures are all evaluated, or a built-in data set (``digits``),
+whose test split is; without it, the run's own test split (the same ``--test-fraction`` and
+``--split-seed``).  The data's classes must be the checkpoint's.
 
-Writes into ``--out`` (default: RUN/evaluation): ``evaluation.json`` (every number below),
-``per_class.csv`` (precision, recall, F1 and support of each class, then their macro and weighted
-averages), ``confusion_matrix.csv`` (rows: true class, columns: predicted) and
-``confusion_matrix.png``; prints the table.  Accuracy, balanced accuracy (the mean recall: on
-unbalanced data, what a model that ignores the small classes cannot fake), top-k accuracy; a
-class the model never predicted is named in a warning (its precision is undefined).
+Writes into ``--out`` (a folder; default: RUN/evaluation): ``evaluation.json`` (every number
+below), ``per_class.csv`` (precision, recall, F1 and support of each class, then their macro and
+weighted averages), ``confusion_matrix.csv`` (rows: true class, columns: predicted),
+``confusion_matrix.png``, and ``misclassified.png`` and ``misclassified.csv`` (for each class,
+the ``--gallery`` pictures it got wrong that the model found least likely to be what they are,
+with the classes it gave them); prints the table and the confusion matrix.  Accuracy, balanced
+accuracy (the mean recall: on unbalanced data, what a model that ignores the small classes
+cannot fake), top-k accuracy (when the data has more than k classes); a class the model never
+predicted is named in a warning (its precision is undefined).
 
 The metrics are scikit-learn's (``confusion_matrix``, ``precision_recall_fscore_support``,
 ``top_k_accuracy_score``, ``accuracy_score``) and the figure its ``ConfusionMatrixDisplay`` --
-infrastructure, not teaching code.
+infrastructure, not teaching code; the gallery is drawn with matplotlib.
 """
 from __future__ import annotations
 

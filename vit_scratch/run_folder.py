@@ -4,9 +4,10 @@
 
     checkpoint.safetensors  the weights after the last finished epoch
     best.safetensors        the weights of the epoch with the best validation accuracy
-    trainer_state.pt        what --resume needs: the weights again, the optimizer, the epoch, the
-                            history, the best epoch (tensors and plain containers only, read back
-                            with ``torch.load(weights_only=True)``)
+    trainer_state.pt        what --resume needs: the weights again, the optimizer (and fp16's
+                            gradient scaler), the epoch, the history, the best epoch (tensors and
+                            plain containers only, read back with
+                            ``torch.load(weights_only=True)``; a damaged one is named)
     settings.json           the trainer's settings, the model's name and config, the class names
                             and the preprocessing (``pretrained_cfg``)
     metrics.csv             one row per epoch, appended as the run goes (a crash keeps them)

@@ -5,12 +5,15 @@
    (``--model``, ``--model-arg key=value``) gets as many classes as the data has; the data
    follows the model: resized to its input size and normalised with its mean and std
    (``vit_scratch.data.make_datasets``).  ``--val-fraction`` of each class of the training split
-   is held out for validation (stratified).  The runner of ``--backend`` (``training.runners``)
-   holds the optimiser and its schedule and computes every step.
-2. **The epochs.**  The augmentation of each batch (``vit_scratch.data.random_affine``), one
-   step of the recipe (``training.recipe``) per batch, the validation split evaluated, the best
-   epoch kept (``--patience`` stops early), and the run folder (``vit_scratch.run_folder``) given
-   the weights and everything ``--resume`` needs (``training.progress``).
+   is held out for validation (stratified); one of fewer than 100 pictures is warned of
+   (:func:`small_validation`).  The runner of ``--backend`` (``training.runners``) holds the
+   optimiser and its schedule and computes every step.
+2. **The epochs.**  The batches (``distributed.BatchShares``: every picture once, or with
+   ``--balanced-sampling`` every class equally often), the augmentation of each batch
+   (``vit_scratch.data.random_affine``), one step of the recipe (``training.recipe``) per
+   batch, the validation split evaluated, the best epoch kept (``--patience`` stops early), and
+   the run folder (``vit_scratch.run_folder``) given the weights and everything ``--resume``
+   needs (``training.progress``); each epoch's line says its time and the time left.
 3. **Save.**  The test split is evaluated once, on the checkpoint ``--select`` chooses (the best
    validation accuracy, or the last epoch); then ``metrics.json`` and ``curves.png``.
 
