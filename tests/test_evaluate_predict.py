@@ -327,3 +327,15 @@ def test_predict_says_what_label_smoothing_does_to_the_probabilities(run, pictur
     shutil.copy(run / BEST, alone)
     predict_command.main([str(alone), str(pictures / "cat" / "0.png")])
     assert "label smoothing" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--gallery", "-1"], "error: --gallery must be an integer >= 0, got -1"),
+    (["--top-k", "0"], "error: --top-k must be a positive integer, got 0"),
+])
+def test_evaluate_refuses_bad_numbers_in_one_line(run, argv, needle, capsys):
+    with pytest.raises(SystemExit) as info:
+        evaluate_command.main([str(run), *argv])
+    assert info.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith(needle), line
