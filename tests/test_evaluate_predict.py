@@ -290,24 +290,27 @@ def test_predict_writes_into_the_run_folder_or_beside_the_checkpoint(run, pictur
 def test_predict_takes_each_picture_once_and_replaces_the_earlier_call(run, pictures, tmp_path,
                                                                        capsys):
     """A folder, a pattern over the same pictures and a file named twice: each picture once, in
-    the order first named.  A second call replaces the first's files -- its table and its
+    the order first named.  A later call replaces the earlier one's files -- its table and its
     attention figures, nothing else in the folder -- and says so."""
     cat = pictures / "cat"
     out = tmp_path / "out"
     rows = predict_command.main([str(run), str(cat / "3.png"), str(cat), str(cat / "*.png"),
-                                 str(cat / ".." / "cat" / "3.png"), "--attention", "--out",
-                                 str(out)])
+                                 str(cat / ".." / "cat" / "3.png"), "--out", str(out)])
     files = [str(cat / "3.png")] + [str(p) for p in sorted(cat.glob("*.png"))
                                     if p.name != "3.png"]
     assert [r["picture"] for r in rows] == files and len(files) == 16
-    assert len(list(out.glob("*_attention.png"))) == 16
-    (out / "notes.txt").write_text("the student's own")
     assert "replacing" not in capsys.readouterr().out
+    predict_command.main([str(run), str(cat / "0.png"), str(cat / "1.png"), "--attention",
+                          "--out", str(out)])
+    assert f"replacing the earlier predictions in {out}" in capsys.readouterr().out
+    assert len(list(csv.DictReader(open(out / "predictions.csv")))) == 2
+    assert sorted(p.name for p in out.glob("*_attention.png")) == ["0_attention.png",
+                                                                   "1_attention.png"]
+    (out / "notes.txt").write_text("the student's own")
     again = predict_command.main([str(run), str(pictures / "dog" / "0.png"), "--out", str(out)])
     assert f"replacing the earlier predictions in {out}" in capsys.readouterr().out
-    assert not list(out.glob("*_attention.png"))  # the earlier figures are gone
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "predictions.csv",
-                                                     "predictions.json"]
+                                                     "predictions.json"]  # figures gone
     table = list(csv.DictReader(open(out / "predictions.csv")))
     assert [r["picture"] for r in table] == [again[0]["picture"]]
 
