@@ -221,9 +221,13 @@ def load_state(out: Path) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 -- every reader's error: the file is damaged
-        first = (str(error).strip().splitlines() or [""])[0][:160]
-        raise CheckpointError(f"{str(path)!r} is damaged: torch.load cannot read it "
-                              f"({type(error).__name__}: {first}); {instead}") from None
+        text = str(error).strip()
+        why = ("not a file torch.save wrote, or one that holds more than tensors and plain "
+               "containers" if "Weights only load failed" in text
+               else f"{type(error).__name__}: {text.split('. ')[0].splitlines()[0][:160]}"
+               if text else type(error).__name__)
+        raise CheckpointError(f"{str(path)!r} is damaged: torch.load cannot read it ({why}); "
+                              f"{instead}") from None
     wrong = [f"{key} (a {kind.__name__})" for key, kind in STATE_KEYS.items()
              if not isinstance(state, dict) or not isinstance(state.get(key), kind)
              and not (kind is float and isinstance(state.get(key), int))]

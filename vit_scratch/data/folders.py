@@ -100,7 +100,8 @@ def _image_folder(path: Path, transform, bad_images: str):
         kept = [s for s in dataset.samples if s[0] not in skipped]
         if not kept:
             raise ValueError(f"none of the {len(bad)} picture(s) in {str(path)!r} can be "
-                             f"decoded: {listed}. Are they pictures (.jpg, .png, ...)?")
+                             f"decoded (the first, {bad[0][0]}: {bad[0][1]}). Are they "
+                             f"pictures (.jpg, .png, ...)?")
         if bad_images == "error":
             raise ValueError(f"{len(bad)} picture(s) in {str(path)!r} cannot be decoded: "
                              f"{listed}. Remove or repair them, or pass --bad-images skip "
