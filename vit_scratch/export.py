@@ -129,11 +129,10 @@ def export_run(run, out=None, formats=tuple(FORMATS), log=print) -> dict:
     if "onnx" in formats:  # missing packages: said before anything is done
         for module in ("onnx", "onnxscript", "onnxruntime"):
             require(module, "--formats onnx")
+    folder = export_folder(run, out)
+    run_folder.check_output_folder(folder, ", ".join([*map(FORMATS.get, formats), MANIFEST]))
     model, checkpoint, _ = run_folder.open_run(run, "cpu")
     model = model.float().eval()
-    folder = export_folder(run, out)
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"--out {str(folder)!r} is a file; it must be a folder")
     example = example_images(model, EXAMPLE_BATCH, seed=0)
     batches = [example] + [example_images(model, b, seed=b) for b in CHECKED_BATCHES[1:]]
     program = None

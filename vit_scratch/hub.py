@@ -59,6 +59,10 @@ def download_instructions(name: str, source: tuple[str, str] | None = None) -> s
             f"--model {name} --init {filename})")
 
 
+#: Seconds the first request to the Hub may take before the Hub counts as unreachable.
+PROBE_TIMEOUT = 10.0
+
+
 def download(name: str, cache_dir=None, option: str = "pretrained=True",
              source: tuple[str, str] | None = None) -> Path:
     """The local path of ``name``'s published weights (or of ``source``, ``(repository,
@@ -66,21 +70,40 @@ def download(name: str, cache_dir=None, option: str = "pretrained=True",
     (``cache_dir``: another cache folder, as timm's ``cache_dir``).  ``option`` is how the
     caller's user asked for them, in messages (the trainer: ``--pretrained``).
 
+    One request asks the Hub for the file's metadata first, without retries
+    (``get_hf_file_metadata``).  When it fails for any reason but the Hub's answer that the
+    file is not there -- no network, no name resolution, a proxy or firewall in the way --
+    the file is served from the cache alone (``local_files_only``), at once: without it,
+    ``hf_hub_download`` retries an unreachable Hub for about half a minute, with a log line
+    for every try, before it looks in the cache.
+
     Raises ``ValueError`` for a name without published weights (before anything else),
     ``ModuleNotFoundError`` naming the ``[hub]`` extra without ``huggingface_hub``, and
     ``FileNotFoundError`` naming the repository, the file and ``checkpoint_path=`` when the
     file is neither reachable (offline, ``HF_HUB_OFFLINE=1``, no connection) nor cached."""
     repo, filename = source or hub_source(name)
     hub = require("huggingface_hub", f"{option} ({name}'s weights from the Hugging Face Hub)")
+    from huggingface_hub import constants
     from huggingface_hub.utils import (EntryNotFoundError, LocalEntryNotFoundError,
                                        RepositoryNotFoundError)
 
+    cache = cache_dir if cache_dir is not None else constants.HF_HUB_CACHE
+    endpoint = constants.ENDPOINT
+    unreachable = "offline mode is on (HF_HUB_OFFLINE=1)" if constants.HF_HUB_OFFLINE else None
     try:
-        return Path(hub.hf_hub_download(repo, filename, cache_dir=cache_dir))
+        if unreachable is None:
+            try:
+                hub.get_hf_file_metadata(hub.hf_hub_url(repo, filename, endpoint=endpoint),
+                                         timeout=PROBE_TIMEOUT, endpoint=endpoint)
+            except (RepositoryNotFoundError, EntryNotFoundError):
+                raise
+            except Exception as error:  # noqa: BLE001 -- any other failure: use the cache
+                why = " ".join(str(error).split()) or type(error).__name__
+                unreachable = f"the Hugging Face Hub ({endpoint}) could not be reached ({why})"
+        return Path(hub.hf_hub_download(repo, filename, cache_dir=cache_dir, endpoint=endpoint,
+                                        local_files_only=unreachable is not None))
     except LocalEntryNotFoundError as error:
-        cache = cache_dir if cache_dir is not None else hub.constants.HF_HUB_CACHE
-        why = ("offline mode is on (HF_HUB_OFFLINE=1)" if hub.constants.HF_HUB_OFFLINE
-               else "the Hugging Face Hub could not be reached")
+        why = unreachable or "the Hugging Face Hub could not be reached"
         raise FileNotFoundError(
             f"{option}: {why} and {filename} of {repo} is not in the cache "
             f"{str(cache)!r}; {download_instructions(name, (repo, filename))}") from error

@@ -87,6 +87,29 @@ def _max_abs(state_dict: dict) -> dict[str, float]:
             if v.is_floating_point() and v.numel()}
 
 
+#: DeiT's distillation token and its head: a distilled model has them, a plain one does not.
+DISTILLATION_KEYS = ("dist_token", "head_dist.weight", "head_dist.bias")
+
+
+def _distillation_token_mismatch(state_dict: dict, model: nn.Module, what: str) -> str | None:
+    """A message when one of the checkpoint and the model has DeiT's distillation token and
+    the other does not (the position embedding then differs by a token too, which is not the
+    file's fault), else ``None``."""
+    own = "dist_token" in model.state_dict()
+    if own == ("dist_token" in state_dict):
+        return None
+    name = type(model).__name__
+    keys = ", ".join(DISTILLATION_KEYS)
+    if own:
+        return (f"{what} holds a model without a distillation token, but the {name} has one "
+                f"({keys}: built with distilled=True); build it without (distilled=False, a "
+                f"name without '_distilled_'; the trainer: drop --model-arg distilled=True), or "
+                f"load a distilled checkpoint")
+    return (f"{what} holds a distilled model ({keys}: DeiT's distillation token and its head), "
+            f"but the {name} has no distillation token; build it with distilled=True (a "
+            f"deit_*_distilled_* name; the trainer: --model-arg distilled=True)")
+
+
 def load_checkpoint(model: nn.Module, path, strict: bool = True,
                     pos_embed_grid=None, adapt_in_chans: bool = False) -> nn.Module:
     """Load the checkpoint at ``path`` into ``model`` and return the model.
@@ -102,7 +125,8 @@ def load_checkpoint(model: nn.Module, path, strict: bool = True,
     to the model's ``in_chans``, as timm does (``torch_nn.patch_embed.adapt_input_conv``).
 
     Refused with a ``CheckpointError`` that names the keys: another family's checkpoint ("holds
-    a Cait ..., but the model is a CoaT"), missing, unexpected, mis-shaped or mis-typed keys,
+    a Cait ..., but the model is a CoaT"), a distilled checkpoint for a model without DeiT's
+    distillation token or the reverse, missing, unexpected, mis-shaped or mis-typed keys,
     NaN, infinite or implausibly large values (``checkpoint_checks.MAX_ABS_PARAM``), and aliases of
     one shared tensor that hold different values.
     """
@@ -118,9 +142,10 @@ def load_checkpoint(model: nn.Module, path, strict: bool = True,
     state_dict = read_state_dict(path)
     what = f"checkpoint {str(path)!r}"
     family = models.family_of(type(target))
-    if family is not None:  # one of ours: is the file another family's?
+    if family is not None:  # one of ours: is the file another family's, or another variant?
         message = models.other_family_message(
-            {k: tuple(v.shape) for k, v in state_dict.items()}, family, what)
+            {k: tuple(v.shape) for k, v in state_dict.items()}, family, what) or \
+            _distillation_token_mismatch(state_dict, target, what)
         if message:
             raise CheckpointError(message)
     recorded = recorded_grid(path)

@@ -5,12 +5,15 @@
    (``--model``, ``--model-arg key=value``) gets as many classes as the data has; the data
    follows the model: resized to its input size and normalised with its mean and std
    (``vit_scratch.data.make_datasets``).  ``--val-fraction`` of each class of the training split
-   is held out for validation (stratified).  The runner of ``--backend`` (``training.runners``)
-   holds the optimiser and its schedule and computes every step.
-2. **The epochs.**  The augmentation of each batch (``vit_scratch.data.random_affine``), one
-   step of the recipe (``training.recipe``) per batch, the validation split evaluated, the best
-   epoch kept (``--patience`` stops early), and the run folder (``vit_scratch.run_folder``) given
-   the weights and everything ``--resume`` needs (``training.progress``).
+   is held out for validation (stratified); one of fewer than 100 pictures is warned of
+   (:func:`small_validation`).  The runner of ``--backend`` (``training.runners``) holds the
+   optimiser and its schedule and computes every step.
+2. **The epochs.**  The batches (``distributed.BatchShares``: every picture once, or with
+   ``--balanced-sampling`` every class equally often), the augmentation of each batch
+   (``vit_scratch.data.random_affine``), one step of the recipe (``training.recipe``) per
+   batch, the validation split evaluated, the best epoch kept (``--patience`` stops early), and
+   the run folder (``vit_scratch.run_folder``) given the weights and everything ``--resume``
+   needs (``training.progress``); each epoch's line says its time and the time left.
 3. **Save.**  The test split is evaluated once, on the checkpoint ``--select`` chooses (the best
    validation accuracy, or the last epoch); then ``metrics.json`` and ``curves.png``.
 
@@ -19,9 +22,11 @@ logs and writes.
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -39,7 +44,7 @@ from . import yardsticks
 from .recipe import count_params, epoch_seed
 from .runners import RUNNERS
 from .settings import (SettingsError, TrainSettings, auto_threads, build_model,
-                       check_settings)
+                       check_settings, precision_name)
 
 
 def train(settings: TrainSettings, resume: bool = False, overwrite: bool = False, log=print,
@@ -72,10 +77,23 @@ def train(settings: TrainSettings, resume: bool = False, overwrite: bool = False
     device = distributed.device_for(world, RUNNERS[settings.backend].compute_device(settings))
     joined = distributed.join(world, device)
     try:
-        return _train(settings, resume, overwrite, log if world.main else _quiet, on_epoch_end,
-                      datasets, world, device)
+        with _warnings_of_rank_0(world):
+            return _train(settings, resume, overwrite, log if world.main else _quiet,
+                          on_epoch_end, datasets, world, device)
     finally:
         distributed.leave(joined)
+
+
+@contextmanager
+def _warnings_of_rank_0(world):
+    """Rank 0 alone shows warnings, as it alone logs: every process reads the same data and
+    settings, so the others would only repeat them (a picture left out, once per process)."""
+    if world.main:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, device) -> dict:
@@ -85,11 +103,15 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
     model, classes = _model_for_the_data(settings, datasets, state, out, log)
     train_set, val_set, test_set = _datasets(settings, model, datasets)
     run = RunProgress.start(state, settings, out, world, device, log)
-    batches = distributed.BatchShares(len(train_set), settings.batch_size, world, settings.seed)
+    batches = distributed.BatchShares(
+        len(train_set), settings.batch_size, world, settings.seed,
+        labels=dataset_labels(train_set) if settings.balanced_sampling else None)
     workers = dict(num_workers=settings.workers, persistent_workers=settings.workers > 0)
+    samples = SeededSamples(train_set, settings.seed)
+    if settings.workers:
+        samples = WorkerClocks(samples, settings.workers)
     train_loader = torch.utils.data.DataLoader(
-        SeededSamples(train_set, settings.seed), batch_sampler=batches,
-        pin_memory=device.type == "cuda", **workers)
+        samples, batch_sampler=batches, pin_memory=device.type == "cuda", **workers)
     share = settings.batch_size // world.size  # each process's part of a batch
     # Validation and test pictures are read in this process: no augmentation, one pass per
     # epoch, and a second set of workers would cost a fresh start of PyTorch per worker under
@@ -107,8 +129,13 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         f"{tuple(model.pretrained_cfg['input_size'])}, {len(classes)} classes, "
         f"{plural(settings.epochs, 'epoch')} on {device}"
         f"{f' × {world.size} processes' if world.size > 1 else ''}"
-        f"{' (bf16 autocast)' if runner.autocast_dtype is not None else ''}"
+        f"{_precision_label(runner)}"
         f"{runner.label}, {plural(torch.get_num_threads(), 'thread')}")
+    notes = []
+    small = small_validation(len(val_set), len(train_set), _validation_carved(settings, datasets))
+    if small:
+        notes.append(small)
+        log(small)
     level = yardsticks.chance(dataset_labels(train_set), len(classes))
     baseline = None
     if settings.baseline == "linear" and world.main:
@@ -120,7 +147,7 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
     # --- the epochs: train, validate, keep the best, save
     show_bar = world.main and (settings.progress == "on" or (
         settings.progress == "auto" and sys.stderr.isatty()))
-    first_epoch, notes = run.epoch, []
+    first_epoch, walls = run.epoch, []
     for epoch in range(first_epoch, settings.epochs):
         if run.out_of_patience(settings.patience):
             notes.append(f"stopped early after {plural(run.epoch, 'epoch')}: no better "
@@ -130,20 +157,24 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         if not settings.threads and epoch > first_epoch:  # the machine got busier or quieter
             torch.set_num_threads(auto_threads(world, own=torch.get_num_threads()))
         wall0, cpu0 = time.perf_counter(), time.process_time()
+        workers0 = samples.seconds() if settings.workers else 0.0
         batches.set_epoch(epoch)
         record = train_epoch(runner, _progress(train_loader, epoch, settings.epochs, show_bar),
                              settings, epoch, world, device, len(train_set))
         val = runner.evaluate(val_loader)
         record.update(val_loss=val["loss"], val_accuracy=val["accuracy"])
         runner.push(model)  # the weights that are kept and saved are the model's
-        (cpu,) = distributed.sum_over_processes([time.process_time() - cpu0], device)
-        improved = run.add(record, model, time.perf_counter() - wall0, cpu)
+        workers_cpu = samples.seconds() - workers0 if settings.workers else 0.0
+        (cpu,) = distributed.sum_over_processes([time.process_time() - cpu0 + workers_cpu],
+                                                device)
+        walls.append(time.perf_counter() - wall0)
+        improved = run.add(record, model, walls[-1], cpu)
         if out is not None and world.main:
-            run.save(out, model, runner.optimizer, settings, classes, improved)
+            run.save(out, model, runner.optimizer, settings, classes, improved, runner.scaler)
         log(f"epoch {epoch + 1:3d}/{settings.epochs}  loss {record['train_loss']:.4f}  "
             f"train acc {record['train_accuracy']:.4f}  val loss {record['val_loss']:.4f}  "
             f"val acc {record['val_accuracy']:.4f}{'  best' if improved else ''}  "
-            f"({run.train_seconds:.0f} s)")
+            f"({epoch_times(walls, run.train_seconds, settings.epochs - epoch - 1)})")
         warning = yardsticks.not_learning(run.history, level, baseline, settings)
         if warning:
             notes.append(warning)
@@ -166,7 +197,7 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         "params": count_params(model),
         "images": {"train": len(train_set), "val": len(val_set), "test": len(test_set)},
         "device": str(device), "processes": world.size,
-        "precision": "bf16" if runner.autocast_dtype is not None else "fp32",
+        "precision": precision_name(runner.autocast_dtype),
         "threads": torch.get_num_threads(), "torch": str(torch.__version__),
         "settings": asdict(settings), "history": run.history}
     if out is not None and world.main:
@@ -184,9 +215,98 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
     return {**result, "model": model, "out": out}
 
 
+def _precision_label(runner) -> str:
+    """`` (bf16 autocast)``, `` (fp16 autocast, gradient scaler)`` or nothing (fp32)."""
+    if runner.autocast_dtype is None:
+        return ""
+    scaled = ", gradient scaler" if runner.scaler is not None else ""
+    return f" ({precision_name(runner.autocast_dtype)} autocast{scaled})"
+
+
 def plural(n: int, word: str) -> str:
     """``1 epoch``, ``2 epochs``."""
     return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def duration(seconds: float) -> str:
+    """``4.2 s``, ``42 s``, ``12 min``, ``2.5 h``."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def epoch_times(walls: list[float], in_all: float, epochs_left: int) -> str:
+    """The end of an epoch's log line: its own wall time, the run's so far, and the time left
+    if each epoch still to come takes the median of this session's epochs (the median: a first
+    epoch that starts the loader's workers says little about the others)."""
+    left = f", about {duration(epochs_left * float(np.median(walls)))} left" if epochs_left \
+        else ""
+    return f"{walls[-1]:.1f} s, {duration(in_all)} in all{left}"
+
+
+#: A validation split smaller than this makes the best epoch a noisy pick: a warning says so.
+SMALL_VALIDATION = 100
+
+
+def small_validation(val_images: int, train_images: int, carved: bool) -> str | None:
+    """The warning for a validation split of fewer than :data:`SMALL_VALIDATION` pictures: one
+    picture moves its accuracy by ``100 / val_images`` points, so the epoch it selects is partly
+    chosen by chance and its accuracy overstates the test's.  It names the ``--val-fraction``
+    that would hold out about that many (``carved``: the split is held out of the training
+    pictures), or ``--select last``."""
+    if val_images >= SMALL_VALIDATION:
+        return None
+    text = (f"warning: the validation split has {val_images} pictures: one picture moves its "
+            f"accuracy by {100 / val_images:.1f} points, so the best epoch is partly picked by "
+            f"chance and its validation accuracy overstates the test's")
+    pool = val_images + train_images
+    share = math.ceil(SMALL_VALIDATION / pool / 0.05 - 1e-9) * 0.05
+    if carved and share <= 0.5:
+        return (f"{text}; --val-fraction {share:.2f} holds out about {round(share * pool)} of "
+                f"the {pool} training pictures, or --select last tests the last epoch instead")
+    return (f"{text}; more validation pictures would help, or --select last tests the last "
+            f"epoch instead")
+
+
+def _validation_carved(settings: TrainSettings, datasets) -> bool:
+    """Whether the validation split is held out of the training pictures (``--val-fraction``),
+    rather than given: a folder's own val/ beside train/ and test/, or a caller's datasets."""
+    if datasets is not None:
+        return len(datasets) == 2
+    root = Path(settings.data)
+    return not all((root / name).is_dir() for name in ("train", "val", "test"))
+
+
+class WorkerClocks:
+    """The training samples as DataLoader workers read them, each worker writing its CPU time
+    so far (``time.process_time``, its start included) into shared memory after every item it
+    reads: :meth:`seconds` adds them up, so that the run's CPU seconds count the workers'
+    decoding and augmentation too.  A ``multiprocessing`` array, which workers started by
+    ``fork`` or ``spawn`` both inherit."""
+
+    def __init__(self, dataset, workers: int):
+        import multiprocessing
+
+        self.dataset = dataset
+        self.clocks = multiprocessing.RawArray("d", workers)  # one slot per worker, 0.0 at first
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key):
+        item = self.dataset[key]
+        worker = torch.utils.data.get_worker_info()
+        if worker is not None:
+            self.clocks[worker.id] = time.process_time()
+        return item
+
+    def seconds(self) -> float:
+        """The workers' CPU seconds so far, added up."""
+        return float(sum(self.clocks))
 
 
 def train_epoch(runner, batches, settings: TrainSettings, epoch: int, world, device,

@@ -71,9 +71,11 @@ class RunProgress:
         return patience is not None and self.epoch - max(self.best_epoch,
                                                          self.patience_from) >= patience
 
-    def save(self, out: Path, model, optimizer, settings, classes, improved: bool) -> None:
+    def save(self, out: Path, model, optimizer, settings, classes, improved: bool,
+             scaler=None) -> None:
         """The epoch's files: the checkpoint (and best.safetensors when it improved), the state
-        for --resume, a row of metrics.csv."""
+        for --resume (with fp16's gradient scaler, ``scaler``, if there is one), a row of
+        metrics.csv."""
         run_folder.save_weights(out, CHECKPOINT, model, classes)
         if improved:
             run_folder.save_weights(out, BEST, model, classes)
@@ -82,7 +84,8 @@ class RunProgress:
             "optimizer": optimizer.state_dict(), "history": self.history,
             "train_seconds": self.train_seconds, "cpu_seconds": self.cpu_seconds,
             "best_epoch": self.best_epoch, "patience_from": self.patience_from,
-            "classes": classes, "finished": False}
+            "classes": classes, "finished": False,
+            "grad_scaler": scaler.state_dict() if scaler is not None else None}
         run_folder.save_state(out, model, state)
         run_folder.append_metrics_row(out, self.history[-1])
 

@@ -113,7 +113,7 @@ def _fp32(logits):
 def train_step(model, images, labels, optimizer, label_smoothing: float = 0.0,
                autocast_dtype: torch.dtype | None = None, accum_steps: int = 1,
                counted: torch.Tensor | None = None, divisor: float | None = None,
-               teacher=None) -> Step:
+               teacher=None, scaler=None) -> Step:
     """One optimisation step on a batch: the mean loss over its images, its gradient, AdamW.
 
     ``accum_steps`` > 1 splits the batch into that many parts and adds their gradients up
@@ -132,7 +132,12 @@ def train_step(model, images, labels, optimizer, label_smoothing: float = 0.0,
     ``teacher``: images -> the teacher's classes (``distillation.Teacher``), for a model in
     distilled training (it returns both heads): the objective is then hard distillation, and
     the accuracy and plain cross-entropy are those of the two heads' average, what the model
-    predicts at inference."""
+    predicts at inference.
+
+    ``scaler``: a ``torch.amp.GradScaler``, for fp16 autocast: each part's loss is multiplied
+    by its scale before the backward pass (so that small gradients survive in fp16), and
+    ``scaler.step`` divides the gradients by it again before AdamW's step -- or skips the step
+    when a gradient overflowed, and lowers the scale (``scaler.update``)."""
     n_counted = len(labels) if counted is None else int(counted.sum())
     divisor = max(1, n_counted) if divisor is None else divisor
     counted = torch.ones_like(labels, dtype=torch.bool) if counted is None else counted
@@ -151,13 +156,17 @@ def train_step(model, images, labels, optimizer, label_smoothing: float = 0.0,
             logits, y = _rows(logits, c), y[c]
             targets = None if targets is None else targets[c]
             loss = objective(logits, y, label_smoothing, targets) / divisor
-            loss.backward()
+            (loss if scaler is None else scaler.scale(loss)).backward()
         loss_sum += loss.item() * divisor
         with torch.no_grad():
             prediction = logits if teacher is None else (logits[0] + logits[1]) / 2
             ce_sum += F.cross_entropy(prediction, y, reduction="sum").item()
             correct += (prediction.argmax(-1) == y).sum().item()
-    optimizer.step()
+    if scaler is None:
+        optimizer.step()
+    else:
+        scaler.step(optimizer)  # unscales the gradients; skipped if one is not finite
+        scaler.update()
     mean = max(1, n_counted)
     return Step(loss_sum / mean, correct, ce_sum / mean)
 
