@@ -186,6 +186,8 @@ def test_onnx_dynamo_exporter_keeps_the_batch_free(tmp_path):
         assert max_abs_diff(_run_onnx(path)(x), model(x)) <= TOLERANCE
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace` is deprecated:FutureWarning")
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace_method` is deprecated:FutureWarning")
 def test_the_example_is_still_checked_while_exporting():
     """Under ``torch.export`` and ``torch.jit.trace`` the checks see the example: a wrong size
     is the eager one-line error, not a shape error inside the model."""
@@ -275,12 +277,16 @@ def test_export_command_writes_nothing_when_a_file_differs(checkpoint, tmp_path,
     (["{missing}"], "no such run folder or checkpoint file"),
     (["{run}", "--formats", "onnx,tflite"], "--formats must be one or more of onnx, "
                                             "torchscript, pt2 (comma-separated), got onnx,tflite"),
+    (["{run}", "--out", "{file}"], "is a file; the command writes a folder of files (model.onnx, "
+                                   "model.torchscript.pt, model.pt2, export.json)"),
 ])
 def test_export_command_bad_input_is_one_line(checkpoint, tmp_path, capsys, argv, message):
     from vit_scratch import export
 
     folder, _ = checkpoint
-    argv = [a.format(missing=tmp_path / "nowhere", run=folder) for a in argv]
+    (tmp_path / "notes.txt").write_text("mine")
+    argv = [a.format(missing=tmp_path / "nowhere", run=folder, file=tmp_path / "notes.txt")
+            for a in argv]
     with pytest.raises(SystemExit):
         export.main(argv)
     error = capsys.readouterr().err.strip()
