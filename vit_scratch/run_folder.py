@@ -38,7 +38,8 @@ from pathlib import Path
 import torch
 
 from .models import create_model
-from .weights import CheckpointError, load_checkpoint, read_model_info, save_checkpoint
+from .weights import (DATA_CONFIG_KEYS, CheckpointError, load_checkpoint, read_model_info,
+                      save_checkpoint)
 
 CHECKPOINT = "checkpoint.safetensors"
 BEST = "best.safetensors"
@@ -48,10 +49,11 @@ METRICS_CSV = "metrics.csv"
 METRICS = "metrics.json"
 CURVES = "curves.png"
 RUN_FILES = (CHECKPOINT, BEST, STATE, SETTINGS, METRICS_CSV, METRICS, CURVES)
-#: Where ``evaluate`` and ``predict`` write by default, inside the run folder.
+#: Where ``evaluate``, ``predict`` and ``export`` write by default, inside the run folder.
 EVALUATION = "evaluation"
 PREDICTIONS = "predictions"
-RUN_FOLDERS = (EVALUATION, PREDICTIONS)
+EXPORT = "export"
+RUN_FOLDERS = (EVALUATION, PREDICTIONS, EXPORT)
 
 #: Settings that may change when a run is resumed: they do not change what is computed
 #: (``accum_steps`` only up to float rounding), or only what happens after the last epoch
@@ -314,8 +316,11 @@ def load_model(path, device="cpu"):
                               f"'model_name' in its metadata: it was not saved by "
                               f"vit_scratch.save_checkpoint from a model of create_model); "
                               f"build the model yourself and use vit_scratch.load_checkpoint")
+    preprocessing = {k: v for k, v in (info.get("pretrained_cfg") or {}).items()
+                     if k in DATA_CONFIG_KEYS}  # as recorded (a pretrained_cfg_overlay's too)
     try:
-        model = create_model(info["model_name"], **info["model_config"])
+        model = create_model(info["model_name"], **info["model_config"],
+                             pretrained_cfg_overlay=preprocessing)
     except (ValueError, TypeError) as error:
         raise CheckpointError(f"checkpoint file {str(path)!r}: its metadata does not describe "
                               f"a model ({error})") from None

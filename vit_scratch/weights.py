@@ -320,19 +320,29 @@ def _metadata(model, class_names) -> dict[str, str]:
     return metadata
 
 
+#: What ``timm_kwargs`` passes to timm as ``pretrained_cfg_overlay``: the preprocessing the
+#: checkpoint's model expects (timm's ``resolve_data_config`` reads these).
+DATA_CONFIG_KEYS = ("input_size", "mean", "std", "crop_pct", "interpolation", "crop_mode")
+
+
 def timm_kwargs(path) -> dict:
     """The keyword arguments that build, in timm, the model a checkpoint file of ours holds, and
     load the file into it::
 
         model = timm.create_model(**vit_scratch.timm_kwargs("runs/pets/best.safetensors"))
+        transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))
 
     ``model_name`` (the file's registered name, or for a name of ours alone -- the
     ``*_digits`` configs -- a timm name of the same family, every field then given),
-    ``checkpoint_path`` and every field of the recorded config that timm's model class takes
-    (``ConfigMixin.timm_kwargs``).  Fields timm does not take must hold timm's behaviour
-    (CaiT's ``class_token_in_keys=True``, CoaT's ``parallel_mode="interpolation"``); otherwise
-    timm has no such model, and a ``ValueError`` says so.  ``CheckpointError`` for a file that
-    records no model (not written by ``save_checkpoint`` from a model of ``create_model``)."""
+    ``checkpoint_path``, every field of the recorded config that timm's model class takes
+    (``ConfigMixin.timm_kwargs``), and ``pretrained_cfg_overlay``: the preprocessing the file
+    records (:data:`DATA_CONFIG_KEYS`: input size, mean and std, crop_pct, interpolation), so
+    that timm's ``resolve_data_config`` and ``create_transform`` prepare pictures as the model
+    was trained on them.  Fields timm does not take must hold timm's behaviour (CaiT's
+    ``class_token_in_keys=True``, CoaT's ``parallel_mode="interpolation"``); otherwise timm has
+    no such model, and a ``ValueError`` says so.  ``CheckpointError`` for a file that records no
+    model (not written by ``save_checkpoint`` from a model of ``create_model``), or a model
+    this library does not know (another version's name or config field), naming the file."""
     info = read_model_info(path)
     if info["model_name"] is None or info["model_config"] is None:
         raise CheckpointError(f"checkpoint file {str(path)!r} does not record its model (no "
@@ -340,12 +350,21 @@ def timm_kwargs(path) -> dict:
                               f"needs a file that vit_scratch.save_checkpoint wrote from a model "
                               f"of create_model")
     name = info["model_name"]
-    cfg = models.get_config(name, **info["model_config"])
+    try:
+        cfg = models.get_config(name, **info["model_config"])
+    except (ValueError, TypeError) as error:
+        raise CheckpointError(f"checkpoint file {str(path)!r}: its metadata does not describe a "
+                              f"model of this library ({error}); was it written by another "
+                              f"version of vit_scratch? That version rebuilds it") from None
     try:
         kwargs = cfg.timm_kwargs()
     except ValueError as error:
         raise ValueError(f"checkpoint file {str(path)!r} ({name}): {error}") from None
-    return {"model_name": models.timm_name(name, cfg), "checkpoint_path": str(path), **kwargs}
+    recorded = info["pretrained_cfg"] or models.get_pretrained_cfg(name, **info["model_config"])
+    overlay = {k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()
+               if k in DATA_CONFIG_KEYS}
+    return {"model_name": models.timm_name(name, cfg), "checkpoint_path": str(path), **kwargs,
+            "pretrained_cfg_overlay": overlay}
 
 
 def state_dict_to_numpy(state_dict: dict, dtype=None) -> dict[str, np.ndarray]:
