@@ -98,24 +98,20 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         distributed.shard(d, world), batch_size=max(256, share))
         for d in (val_set, test_set))
     model.to(device)
-    runner = RUNNERS[settings.backend](model, settings, len(train_loader), state, world, device,
-                                       log)
-    if out is not None and world.main:
-        _write_run_start(out, settings, model, classes, run, overwrite and state is None)
     log(f"{settings.model}: {count_params(model):,} parameters, {len(train_set)} train / "
         f"{len(val_set)} validation / {len(test_set)} test images of "
         f"{tuple(model.pretrained_cfg['input_size'])}, {len(classes)} classes, "
         f"{plural(settings.epochs, 'epoch')} on {device}"
         f"{f' × {world.size} processes' if world.size > 1 else ''}"
-        f"{' (bf16 autocast)' if runner.autocast_dtype is not None else ''}"
-        f"{runner.label}, {plural(torch.get_num_threads(), 'thread')}")
+        f"{' (bf16 autocast)' if _autocast(settings, device) else ''}"
+        f"{RUNNERS[settings.backend].label}, {plural(torch.get_num_threads(), 'thread')}")
     level = yardsticks.chance(dataset_labels(train_set), len(classes))
-    baseline = None
-    if settings.baseline == "linear" and world.main:
-        baseline = yardsticks.linear_baseline(plain_pictures(train_set), val_set, test_set)
-        log(f"linear baseline (logistic regression on the pixels): validation "
-            f"{baseline['val_accuracy']:.4f}, test {baseline['test_accuracy']:.4f} "
-            f"({baseline['seconds']:.1f} s); chance {level:.4f}")
+    baseline, convnet, teacher = _yardsticks(settings, world, model, classes, (
+        train_set, val_set, test_set), (val_loader, test_loader), level, device, log)
+    runner = RUNNERS[settings.backend](model, settings, len(train_loader), state, world, device,
+                                       log, teacher=teacher)
+    if out is not None and world.main:
+        _write_run_start(out, settings, model, classes, run, overwrite and state is None)
 
     # --- the epochs: train, validate, keep the best, save
     show_bar = world.main and (settings.progress == "on" or (
@@ -161,7 +157,8 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         "select": settings.select, "selected_epoch": selected_epoch,
         "best_epoch": run.best_epoch, "best_val_accuracy": run.best_val_accuracy,
         "epochs_done": run.epoch, "stopped_early": run.epoch < settings.epochs,
-        "chance": level, "linear_baseline": baseline, "notes": notes,
+        "chance": level, "linear_baseline": baseline, "convnet_baseline": convnet,
+        "notes": notes,
         "train_seconds": run.train_seconds, "cpu_seconds": run.cpu_seconds,
         "params": count_params(model),
         "images": {"train": len(train_set), "val": len(val_set), "test": len(test_set)},
@@ -173,8 +170,9 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         run_folder.write_json(result, out / METRICS)
         run.finish(out)
         _draw_curves(run.history, out, settings, result)
-    beside = (f"; linear baseline {baseline['test_accuracy']:.4f}, chance {level:.4f}"
-              if baseline else f"; chance {level:.4f}")
+    beside = "".join(f"{name} {numbers['test_accuracy']:.4f}, " for name, numbers in (
+        ("linear baseline", baseline), ("convnet", convnet)) if numbers)
+    beside = f"; {beside}chance {level:.4f}"
     log(f"test accuracy {test['accuracy']:.4f}{beside} ({settings.select} checkpoint: epoch "
         f"{selected_epoch}, validation accuracy "
         f"{run.history[selected_epoch - 1]['val_accuracy']:.4f}) after "
@@ -182,6 +180,41 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         f"{run.cpu_seconds:.1f} s CPU in all processes, {device})"
         f"{f' -> {out}' if out is not None else ''}")
     return {**result, "model": model, "out": out}
+
+
+def _autocast(settings, device) -> bool:
+    """Whether the run's steps are under bf16 autocast (the PyTorch backend's precision)."""
+    from .settings import resolve_precision
+
+    return settings.backend == "torch" and resolve_precision(settings.precision,
+                                                             device) is not None
+
+
+def _yardsticks(settings, world, model, classes, splits, loaders, level, device, log):
+    """``(linear baseline, convnet yardstick, teacher)`` of ``--baseline`` and ``--teacher``
+    (``training.yardsticks``, ``training.distillation``), each logged: the linear baseline in
+    rank 0 alone; the convnet, which ``--teacher auto`` also needs, in every process (each
+    trains the same one, on the whole training split)."""
+    from .distillation import AUTO, load_teacher
+
+    train_set, val_set, test_set = splits
+    names = yardsticks.baselines(settings.baseline)
+    baseline = convnet = trained = None
+    if "linear" in names and world.main:
+        baseline = yardsticks.linear_baseline(plain_pictures(train_set), val_set, test_set)
+        log(f"linear baseline (logistic regression on the pixels): validation "
+            f"{baseline['val_accuracy']:.4f}, test {baseline['test_accuracy']:.4f} "
+            f"({baseline['seconds']:.1f} s); chance {level:.4f}")
+    if "cnn" in names or settings.teacher == AUTO:
+        log(f"convnet yardstick: the small convnet (training.convnet), "
+            f"{plural(settings.epochs, 'epoch')} on the same pictures ...")
+        convnet, trained = yardsticks.convnet_baseline(
+            train_set, *loaders, settings, len(classes), model.pretrained_cfg, device, log)
+        log(f"convnet yardstick ({convnet['params']:,} parameters, epoch "
+            f"{convnet['selected_epoch']}): validation {convnet['val_accuracy']:.4f}, test "
+            f"{convnet['test_accuracy']:.4f} ({convnet['cpu_seconds']:.1f} CPU s)")
+    teacher = load_teacher(settings, model, device, log, classes, trained)
+    return baseline, convnet, teacher
 
 
 def plural(n: int, word: str) -> str:
