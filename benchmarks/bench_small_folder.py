@@ -188,9 +188,9 @@ def main(argv=None) -> dict:
         parser.error("--runs DIR is needed (or --canary)")
     clock = experiment.CpuClock()
     args.runs.mkdir(parents=True, exist_ok=True)
-    for kind in args.folders:
-        for name in args.recipes:
-            for seed in args.seeds:
+    for seed in args.seeds:  # every recipe on every folder with one seed, then the next seed
+        for kind in args.folders:
+            for name in args.recipes:
                 if not (args.runs / f"{kind}-{name}-s{seed}.json").exists():
                     r = run_one(kind, name, seed, args.runs)
                     cnn = r["convnet_baseline"]

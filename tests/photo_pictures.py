@@ -124,15 +124,21 @@ def draw_shape(kind: str, width: int, height: int, rng) -> np.ndarray:
     return np.clip(alpha * fg + (1 - alpha) * background, 0, 255).round().astype(np.uint8)
 
 
-def make_photo_pictures(root, kind: str = "photos", seed: int = 0, scale: float = 1.0) -> Path:
+def make_photo_pictures(root, kind: str = "photos", seed: int = 0, scale: float = 1.0,
+                        counts: dict | None = None) -> Path:
     """The folder ``kind`` (one of :data:`FOLDERS`) under ``root``, each class with its count of
-    pictures times ``scale`` (at least 3); returns ``root``."""
+    pictures times ``scale`` (at least 3), or the classes and counts of ``counts`` (some of the
+    kind's classes); returns ``root``."""
     if kind not in FOLDERS:
         raise ValueError(f"kind must be one of {', '.join(FOLDERS)}, got {kind!r}")
+    counts = FOLDERS[kind] if counts is None else counts
+    unknown = sorted(set(counts) - set(FOLDERS[kind]))
+    if unknown:
+        raise ValueError(f"counts names classes that {kind!r} does not have: {unknown}")
     root = Path(root)
     rng = np.random.default_rng([seed, list(FOLDERS).index(kind)])
     n = 0
-    for name, count in FOLDERS[kind].items():
+    for name, count in counts.items():
         folder = root / name
         folder.mkdir(parents=True, exist_ok=True)
         source = photograph(name) if kind != "shapes" else None
