@@ -145,9 +145,9 @@ def small_folder_table(data: dict) -> str:
     """docs/training.md's and the README's table: each folder, each recipe's test accuracy over
     the seeds beside the convnet yardstick and the linear baseline on the same splits, and the
     recipe's paired difference from the convnet (95% t interval over the seeds)."""
-    lines = ["| folder (train / val / test) | recipe | test accuracy (mean ± std) | lowest "
+    lines = ["| folder (train / val / test) | recipe | seeds | test accuracy (mean ± std) | lowest "
              "| recipe − convnet, points (95% CI) | training, CPU s | convnet | linear baseline |",
-             "|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|"]
     for kind, f in data["folders"].items():
         images = f["images"]
         for name, r in f["recipes"].items():
@@ -155,7 +155,8 @@ def small_folder_table(data: dict) -> str:
             gap = (f"{100 * diff['mean']:+.1f} ({100 * diff['low']:+.1f} to "
                    f"{100 * diff['high']:+.1f})" if diff else "—")
             lines.append(f"| {kind} ({images['train']} / {images['val']} / {images['test']}) "
-                         f"| {name} | {percent(acc)} | {100 * acc['min']:.1f} % | {gap} "
+                         f"| {name} | {acc['n']} | {percent(acc)} | {100 * acc['min']:.1f} % "
+                         f"| {gap} "
                          f"| {r['cpu_seconds']['mean']:.0f} "
                          f"| {percent(f['convnet']) if f['convnet'] else '—'} "
                          f"| {percent(f['linear'])} |")
