@@ -319,31 +319,55 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
 
+def folder_numbers(results: dict, kind: str) -> dict:
+    """The numbers the pages quote for one folder of small_folder.json, as they show them."""
+    entry = results["folders"][kind]
+    recipes = entry["recipes"]
+
+    def pct(stat):
+        return f"{100 * stat['mean']:.1f}%"
+
+    numbers = {name: pct(r["test_accuracy"]) for name, r in recipes.items()}
+    numbers.update(convnet=pct(entry["convnet"]), linear=pct(entry["linear"]),
+                   short=f"{100 * (entry['convnet']['mean'] - recipes['small_folder']['test_accuracy']['mean']):.1f}")
+    return numbers
+
+
 def test_the_pages_quote_the_small_folder_and_workers_results():
     """The README's and docs/training.md's sentences about the small-folder recipe and the
     workers are read from the committed results of benchmarks/bench_small_folder.py and
     benchmarks/bench_workers.py (their tables: tests/test_docs_consistency.py)."""
+    import importlib.util
+
     folder = json.loads((RESULTS / "small_folder.json").read_text())
-    recipe = folder["recipes"]["small_folder"]
-    acc, base = recipe["test_accuracy"], recipe["linear_baseline_test_accuracy"]
-    assert folder["seeds"] == [0, 1, 2] and acc["n"] == len(recipe["runs"]) == 3  # "three"
-    assert [r["recipe"] for r in recipe["runs"]] == ["small_folder"] * 3
-    quoted = (f"{100 * acc['mean']:.1f} ± {100 * acc['std']:.1f}% test accuracy (lowest "
-              f"{100 * acc['min']:.1f}%), where a linear baseline on the pixels reaches "
-              f"{100 * base['mean']:.1f}%")
     readme, training = (" ".join((ROOT / page).read_text().split())
                         for page in ("README.md", "docs/training.md"))
+    numbers = {kind: folder_numbers(folder, kind) for kind in folder["folders"]}
+    seeds = folder["settings"]["seeds"]
+    assert set(numbers) == {"photos", "textures", "shapes", "digits"}
+    recipe = ", ".join(f"{numbers[k]['small_folder']} on the {name}" for k, name in (
+        ("photos", "photographs"), ("textures", "textures"), ("shapes", "shapes")))
+    convnet = ", ".join(numbers[k]["convnet"] for k in ("photos", "textures", "shapes"))
+    quoted = (f"it reaches {recipe} and {numbers['digits']['small_folder']} on the digits, "
+              f"where the course's small convnet, trained on the same splits with the photo "
+              f"augmentation (`--baseline cnn`), reaches {convnet} and "
+              f"{numbers['digits']['convnet']}")
     assert quoted in readme and quoted in training
-    vit, before = (folder["recipes"][n]["test_accuracy"] for n in ("small_folder_vit",
-                                                                    "readme_before"))
-    assert f"(ViT-Tiny with the digits recipe) reaches {100 * before['mean']:.1f}%" in readme
-    assert (f"{100 * vit['mean']:.1f} ± {100 * vit['std']:.1f}%, lowest {100 * vit['min']:.1f}%"
-            in training and f"stays near chance: {100 * before['mean']:.1f}%" in training)
-    assert (f"raises the lowest of the three from {100 * vit['min']:.1f}% to "
-            f"{100 * acc['min']:.1f}%") in training
-    svm = recipe["svm_test_accuracy"]
-    assert f"an RBF SVM on the grey pixels {100 * svm['mean']:.1f}%" in training
-    assert acc["min"] >= 0.80  # every seed clears the acceptance line
+    for page in (readme, training):
+        assert (f"falls short of the convnet by {numbers['photos']['short']} points on the "
+                f"photographs and {numbers['textures']['short']} on the textures (and "
+                f"{numbers['shapes']['short']} on the shapes)") in page
+        assert (f"took the textures to {numbers['textures']['distilled']} but the shapes to "
+                f"{numbers['shapes']['distilled']} and the digits to "
+                f"{numbers['digits']['distilled']}") in page
+        assert f"{len(seeds)} seed" in page
+    assert folder["best_by_worst_folder"] == "small_folder"  # the recipe the pages keep
+    spec = importlib.util.spec_from_file_location("bench", ROOT / "benchmarks" /
+                                                  "bench_small_folder.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    argv = bench.RECIPES["small_folder"][0]  # the table's row is the README's command
+    assert settings_from_args(argv + ["--out", "o"])[0] == recipe_settings("small_folder", out="o")
     workers = json.loads((RESULTS / "workers.json").read_text())
     configs = workers["configs"]
     training = " ".join(training.split())
