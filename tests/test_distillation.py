@@ -348,7 +348,8 @@ def test_a_teacher_that_does_not_exist_is_refused(tmp_path, capsys):
     assert stop.value.code == 2
     message = capsys.readouterr().err.strip().splitlines()[-1]
     assert message.endswith(f"error: --teacher {str(missing)!r}: no such run folder or "
-                            f"checkpoint file")
+                            f"checkpoint file (or 'auto': a small convnet trained first on the "
+                            f"same pictures)")
     assert not (tmp_path / "out").exists()  # refused before the run folder is made
 
 
