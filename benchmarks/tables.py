@@ -145,6 +145,9 @@ def small_folder_table(data: dict) -> str:
     """docs/training.md's and the README's table: each folder, each recipe's test accuracy over
     the seeds beside the convnet yardstick and the linear baseline on the same splits, and the
     recipe's paired difference from the convnet (95% t interval over the seeds)."""
+    def accuracy(stat):  # one seed has no spread
+        return percent(stat) if stat["n"] > 1 else f"{100 * stat['mean']:.2f} %"
+
     lines = ["| folder (train / val / test) | recipe | seeds | test accuracy (mean ± std) | lowest "
              "| recipe − convnet, points (95% CI) | training, CPU s | convnet | linear baseline |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -155,11 +158,11 @@ def small_folder_table(data: dict) -> str:
             gap = (f"{100 * diff['mean']:+.1f} ({100 * diff['low']:+.1f} to "
                    f"{100 * diff['high']:+.1f})" if diff else "—")
             lines.append(f"| {kind} ({images['train']} / {images['val']} / {images['test']}) "
-                         f"| {name} | {acc['n']} | {percent(acc)} | {100 * acc['min']:.1f} % "
+                         f"| {name} | {acc['n']} | {accuracy(acc)} | {100 * acc['min']:.1f} % "
                          f"| {gap} "
                          f"| {r['cpu_seconds']['mean']:.0f} "
-                         f"| {percent(f['convnet']) if f['convnet'] else '—'} "
-                         f"| {percent(f['linear'])} |")
+                         f"| {accuracy(f['convnet']) if f['convnet'] else '—'} "
+                         f"| {accuracy(f['linear'])} |")
     return "\n".join(lines)
 
 
