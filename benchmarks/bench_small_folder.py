@@ -29,9 +29,11 @@ its teacher.
 Each run's metrics go into ``--runs DIR`` (``FOLDER-RECIPE-sSEED.json``; a run already there is
 not run again), and the summary -- per folder and recipe, the mean, spread, min and max over
 the seeds, and each recipe's paired difference from the convnet (``stats.paired``, a t interval
-over the seeds) -- into ``--json``, with the canary (``--canary``: the ``shapes`` folder at a
-quarter of its size, seed 0, two epochs of the chosen recipe with both yardsticks) that
-tests/test_canaries.py re-runs.  A script, never a test.
+over the seeds) -- into ``--json``, with the canary (``--canary``: the ``shapes`` folder at
+half its size, seed 0, two epochs of the ``distilled`` recipe, which runs both yardsticks and
+the teacher) that tests/test_canaries.py re-runs.  ``--summary-only`` summarises the runs
+already in ``--runs`` (several processes can share the runs folder, one per ``--folders``).
+A script, never a test.
 """
 from __future__ import annotations
 

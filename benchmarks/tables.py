@@ -148,8 +148,9 @@ def small_folder_table(data: dict) -> str:
     def accuracy(stat):  # one seed has no spread
         return percent(stat) if stat["n"] > 1 else f"{100 * stat['mean']:.2f} %"
 
-    lines = ["| folder (train / val / test) | recipe | seeds | test accuracy (mean ± std) | lowest "
-             "| recipe − convnet, points (95% CI) | training, CPU s | convnet | linear baseline |",
+    lines = ["| folder (train / val / test) | recipe | seeds | test accuracy (mean ± std) "
+             "| lowest | recipe − convnet, points (95% CI) | training, CPU s | convnet "
+             "| linear baseline |",
              "|---|---|---|---|---|---|---|---|---|"]
     for kind, f in data["folders"].items():
         images = f["images"]

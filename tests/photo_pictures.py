@@ -16,10 +16,11 @@ extra installs it): a folder's class is the photograph a picture was cut from.
   ``moon`` (the lunar surface, grey and of low contrast), 512 × 512 each.
 
 Each picture is a crop at a random place of the photograph, one side drawn in [40, 300] (at
-most the photograph's side) and the other within 1.5 times it, sometimes shrunk by up to half, so the same
-surface comes at several scales. **shapes** are a circle, a square, a triangle and a star
-filled with one random colour over a background of another (brightness differing by at least
-60 of 255), turned at random, 30-80% of the picture's side, on pictures of 40 to 160 pixels.
+most the photograph's side) and the other within 1.5 times it, sometimes shrunk by up to half,
+so the same surface comes at several scales.  **shapes** are a circle, a square, a triangle and
+a star filled with one random colour over a background of another (brightness differing by at
+least 60 of 255), turned at random, 30-80% of the picture's side, on pictures of 40 to 160
+pixels.
 
 Formats alternate between JPEG (quality 75-95), PNG, PNG with an alpha channel and greyscale
 PNG, so a colour photograph sometimes arrives grey.  Classes have unequal sizes (:data:`FOLDERS`

@@ -1,9 +1,9 @@
 """The class project as the pages teach it: README.md's "Class project" walk-through runs, command
 by command and in order, in a fresh folder holding a small generated ``my_pictures/`` (crops of
 three photographs, ``tests/photo_pictures.py``: 15 pictures a class of 40-300 pixels, JPEG, PNG,
-RGBA and grey), two new pictures and a timm-format DeiT-tiny file; then docs/library.md's class-project
-section runs its Python blocks in the same folder, on the run the README trained.  The sections
-cannot rot.
+RGBA and grey), two new pictures and a timm-format DeiT-tiny file; then docs/library.md's
+class-project section runs its Python blocks in the same folder, on the run the README trained.
+The sections cannot rot.
 
 How each command runs:
 
