@@ -143,6 +143,10 @@ def load_teacher(settings, student, device, log=print, classes=None,
                          f"{', '.join(map(str, classes))}; the teacher must be trained on the "
                          f"student's classes, in the same order")
     teacher = Teacher(model, student.pretrained_cfg, settings.teacher)
+    if classes is not None and list(model.class_names) != list(classes):
+        log(f"teacher: its classes are numbered 0..{model.num_classes - 1} (its file names "
+            f"none); its class i is taken as the data's class i "
+            f"({', '.join(map(str, classes[:3]))}, ...)")
     log(f"teacher: {name} from {settings.teacher}"
         f"{'' if teacher.same_input else ' (the batch resized and normalised for it)'}")
     return teacher

@@ -159,7 +159,8 @@ def convnet_baseline(train_set, val_loader, test_loader, settings, num_classes: 
                            teacher=None, accum_steps=1, compile=False, backend="torch")
     batches = distributed.BatchShares(len(train_set), settings.batch_size, one, settings.seed)
     loader = torch.utils.data.DataLoader(SeededSamples(train_set, settings.seed),
-                                         batch_sampler=batches, num_workers=settings.workers)
+                                         batch_sampler=batches, num_workers=settings.workers,
+                                         persistent_workers=settings.workers > 0)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)
         model = SmallConvNet(num_classes, in_chans=input_cfg["input_size"][0]).to(device)
