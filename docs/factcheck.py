@@ -665,9 +665,11 @@ def table_pointer_problems(page: doccheck.Page, shown: dict[str, set[str]]) -> l
     results table, and at the one a results file named in the same paragraph is shown on."""
     problems = []
     body = doccheck.prose(_without_code(page.text))
+    named = doccheck.prose(page.text).split("\n")  # results files are often named as code
     for block in blocks(body):
         text = "\n".join(body.split("\n")[block.start - 1:block.end])
-        files = set(re.findall(r"benchmarks/results/[\w.-]+\.json", text))
+        files = set(re.findall(r"benchmarks/results/[\w.-]+\.json",
+                               "\n".join(named[block.start - 1:block.end])))
         for m in TABLE_POINTER.finditer(text):
             name = m.group(1) or m.group(2)
             target = "README.md" if name.upper() == "README" else \

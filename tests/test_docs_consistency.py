@@ -343,7 +343,8 @@ PLANTED_ERRORS = {
     "09 the README's table": (
         "notebooks/09_capstone.ipynb",
         "The results live in `benchmarks/results/digits.json`, the file the README's table comes "
-        "from.", "README.md shows no results table"),
+        "from.", "README.md shows benchmarks/results/small_folder.json, not "
+                 "benchmarks/results/digits.json"),
     "check.py notebooks 01-08": (
         "exercises/check.py",
         "check: no exercise matches {...} (notebooks 01-08, or IDs like 2.2)",

@@ -25,8 +25,13 @@ can show, never by its family's name --
 * attention rollout (Abnar & Zuidema, 2020) when every layer maps all tokens to all tokens
   (``get_attention_maps`` gives (B, heads, N, N) maps of one size: ViT, DeiT);
 * otherwise, when ``get_attention_maps`` offers ``view="keys"`` (factorized attention, which has
-  no N × N map: CoaT), the factorized view -- where the last layer's key channels pool their
-  values from (``plotting.factorized_attention_view``), averaged over heads and channels;
+  no N × N map: CoaT), the factorized view -- where a layer's key channels pool their values
+  from (``plotting.factorized_attention_view``), averaged over heads and channels.  CoaT is a
+  pyramid: its scales' grids shrink by half a side each (8 × 8, 4 × 4, 2 × 2, 1 × 1 for the
+  small-folder recipe's 32 × 32 pictures), and a 1 × 1 grid shows nothing.  So the figure
+  draws every scale whose grid has more than one token a side, side by side, each the last
+  layer on that grid (:func:`attention_scales`), and :func:`attention_map` is the deepest of
+  them;
 * otherwise the last layer of ``get_attention_grids``, averaged over heads: for CaiT its last
   class-attention layer, the class token's weights over the patches.
 """
@@ -136,10 +141,25 @@ def attention_map(model, images: torch.Tensor) -> tuple[np.ndarray, str]:
     except ValueError:
         pass
     if "view" in inspect.signature(model.get_attention_maps).parameters:
-        view = plotting.factorized_attention_view(model, images)[-1]  # (B, heads, d, gh, gw)
-        return view.mean(axis=(1, 2)), "factorized attention: where the last layer's keys pool from"
+        maps, label = attention_scales(model, images)[-1]
+        return maps, f"factorized attention: where the keys of {label} pool from"
     grids = plotting.attention_grids(model, images)[-1]  # (B, heads, gh, gw)
     return grids.mean(axis=1), "the last layer's class attention"
+
+
+def attention_scales(model, images: torch.Tensor) -> list[tuple[np.ndarray, str]]:
+    """For a model with factorized attention (a pyramid: CoaT), ``[(maps (B, gh, gw), which
+    layer)]`` for each of its grids with more than one token a side, coarsest last: the last
+    layer on that grid, averaged over heads and channels (``plotting.factorized_attention_view``).
+    A model whose every grid is 1 × 1 gives its last layer."""
+    from . import plotting
+
+    views = plotting.factorized_attention_view(model, images)  # per layer (B, heads, d, gh, gw)
+    last_on_grid = {v.shape[-2:]: i for i, v in enumerate(views)}  # the last layer of each grid
+    shown = [i for grid, i in last_on_grid.items() if min(grid) > 1] or [len(views) - 1]
+    return [(views[i].mean(axis=(1, 2)),
+             f"layer {i + 1} of {len(views)} ({views[i].shape[-2]} × {views[i].shape[-1]} tokens)")
+            for i in sorted(shown)]
 
 
 def save_attention(model, pictures, names, out: Path, predictions,
@@ -151,6 +171,12 @@ def save_attention(model, pictures, names, out: Path, predictions,
     device = next(model.parameters()).device
     batch = torch.stack([torch.from_numpy(preprocess(p, model)) for p in pictures]).to(device)
     maps, what = attention_map(model, batch)
+    panels = None
+    if "view" in inspect.signature(model.get_attention_maps).parameters:  # a pyramid's scales
+        scales = attention_scales(model, batch)
+        maps = list(zip(*(m for m, _ in scales)))  # per picture: one map per scale
+        panels = [label for _, label in scales]
+        what = "factorized attention: where each scale's keys pool from"
     images = plotting.unnormalize(batch.cpu(), model)  # (B, C, H, W) in about [0, 1]
     out.mkdir(parents=True, exist_ok=True)
     written, used = [], set()
@@ -161,9 +187,9 @@ def save_attention(model, pictures, names, out: Path, predictions,
             stem = f"{Path(name).stem}-{n}"
         used.add(stem)
         path = out / f"{stem}_attention.png"
-        plotting.save_attention_figure(image, attn, path, alpha=alpha,
+        plotting.save_attention_figure(image, list(attn) if panels else attn, path, alpha=alpha,
                                        title=f"{Path(name).name}: {top[0][0]} {top[0][1]:.2f}",
-                                       what=what)
+                                       what=what, panel_titles=panels)
         written.append(path)
     return written
 

@@ -44,7 +44,7 @@ from . import yardsticks
 from .recipe import count_params, epoch_seed
 from .runners import RUNNERS
 from .settings import (SettingsError, TrainSettings, auto_threads, build_model,
-                       check_settings, precision_name)
+                       check_settings, needs_grad_scaler, precision_name, resolve_precision)
 
 
 def train(settings: TrainSettings, resume: bool = False, overwrite: bool = False, log=print,
@@ -120,29 +120,25 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         distributed.shard(d, world), batch_size=max(256, share))
         for d in (val_set, test_set))
     model.to(device)
-    runner = RUNNERS[settings.backend](model, settings, len(train_loader), state, world, device,
-                                       log)
-    if out is not None and world.main:
-        _write_run_start(out, settings, model, classes, run, overwrite and state is None)
     log(f"{settings.model}: {count_params(model):,} parameters, {len(train_set)} train / "
         f"{len(val_set)} validation / {len(test_set)} test images of "
         f"{tuple(model.pretrained_cfg['input_size'])}, {len(classes)} classes, "
         f"{plural(settings.epochs, 'epoch')} on {device}"
         f"{f' × {world.size} processes' if world.size > 1 else ''}"
-        f"{_precision_label(runner)}"
-        f"{runner.label}, {plural(torch.get_num_threads(), 'thread')}")
+        f"{_precision_label(settings, device)}"
+        f"{RUNNERS[settings.backend].label}, {plural(torch.get_num_threads(), 'thread')}")
     notes = []
     small = small_validation(len(val_set), len(train_set), _validation_carved(settings, datasets))
     if small:
         notes.append(small)
         log(small)
     level = yardsticks.chance(dataset_labels(train_set), len(classes))
-    baseline = None
-    if settings.baseline == "linear" and world.main:
-        baseline = yardsticks.linear_baseline(plain_pictures(train_set), val_set, test_set)
-        log(f"linear baseline (logistic regression on the pixels): validation "
-            f"{baseline['val_accuracy']:.4f}, test {baseline['test_accuracy']:.4f} "
-            f"({baseline['seconds']:.1f} s); chance {level:.4f}")
+    baseline, convnet, teacher = _yardsticks(settings, world, model, classes, (
+        train_set, val_set, test_set), (val_loader, test_loader), level, device, log)
+    runner = RUNNERS[settings.backend](model, settings, len(train_loader), state, world, device,
+                                       log, teacher=teacher)
+    if out is not None and world.main:
+        _write_run_start(out, settings, model, classes, run, overwrite and state is None)
 
     # --- the epochs: train, validate, keep the best, save
     show_bar = world.main and (settings.progress == "on" or (
@@ -192,7 +188,8 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         "select": settings.select, "selected_epoch": selected_epoch,
         "best_epoch": run.best_epoch, "best_val_accuracy": run.best_val_accuracy,
         "epochs_done": run.epoch, "stopped_early": run.epoch < settings.epochs,
-        "chance": level, "linear_baseline": baseline, "notes": notes,
+        "chance": level, "linear_baseline": baseline, "convnet_baseline": convnet,
+        "notes": notes,
         "train_seconds": run.train_seconds, "cpu_seconds": run.cpu_seconds,
         "params": count_params(model),
         "images": {"train": len(train_set), "val": len(val_set), "test": len(test_set)},
@@ -204,8 +201,9 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         run_folder.write_json(result, out / METRICS)
         run.finish(out)
         _draw_curves(run.history, out, settings, result)
-    beside = (f"; linear baseline {baseline['test_accuracy']:.4f}, chance {level:.4f}"
-              if baseline else f"; chance {level:.4f}")
+    beside = "".join(f"{name} {numbers['test_accuracy']:.4f}, " for name, numbers in (
+        ("linear baseline", baseline), ("convnet", convnet)) if numbers)
+    beside = f"; {beside}chance {level:.4f}"
     log(f"test accuracy {test['accuracy']:.4f}{beside} ({settings.select} checkpoint: epoch "
         f"{selected_epoch}, validation accuracy "
         f"{run.history[selected_epoch - 1]['val_accuracy']:.4f}) after "
@@ -215,12 +213,43 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
     return {**result, "model": model, "out": out}
 
 
-def _precision_label(runner) -> str:
-    """`` (bf16 autocast)``, `` (fp16 autocast, gradient scaler)`` or nothing (fp32)."""
-    if runner.autocast_dtype is None:
+def _precision_label(settings, device) -> str:
+    """`` (bf16 autocast)``, `` (fp16 autocast, gradient scaler)`` or nothing (fp32, or the
+    NumPy backend), as the runner will train."""
+    if settings.backend != "torch":
         return ""
-    scaled = ", gradient scaler" if runner.scaler is not None else ""
-    return f" ({precision_name(runner.autocast_dtype)} autocast{scaled})"
+    dtype = resolve_precision(settings.precision, device)
+    if dtype is None:
+        return ""
+    scaled = ", gradient scaler" if needs_grad_scaler(dtype) else ""
+    return f" ({precision_name(dtype)} autocast{scaled})"
+
+
+def _yardsticks(settings, world, model, classes, splits, loaders, level, device, log):
+    """``(linear baseline, convnet yardstick, teacher)`` of ``--baseline`` and ``--teacher``
+    (``training.yardsticks``, ``training.distillation``), each logged: the linear baseline in
+    rank 0 alone; the convnet, which ``--teacher auto`` also needs, in every process (each
+    trains the same one, on the whole training split)."""
+    from .distillation import AUTO, load_teacher
+
+    train_set, val_set, test_set = splits
+    names = yardsticks.baselines(settings.baseline)
+    baseline = convnet = trained = None
+    if "linear" in names and world.main:
+        baseline = yardsticks.linear_baseline(plain_pictures(train_set), val_set, test_set)
+        log(f"linear baseline (logistic regression on the pixels): validation "
+            f"{baseline['val_accuracy']:.4f}, test {baseline['test_accuracy']:.4f} "
+            f"({baseline['seconds']:.1f} s); chance {level:.4f}")
+    if "cnn" in names or settings.teacher == AUTO:
+        log(f"convnet yardstick: the small convnet (training.convnet), "
+            f"{plural(settings.epochs, 'epoch')} on the same pictures ...")
+        convnet, trained = yardsticks.convnet_baseline(
+            train_set, *loaders, settings, len(classes), model.pretrained_cfg, device, log)
+        log(f"convnet yardstick ({convnet['params']:,} parameters, epoch "
+            f"{convnet['selected_epoch']}): validation {convnet['val_accuracy']:.4f}, test "
+            f"{convnet['test_accuracy']:.4f} ({convnet['cpu_seconds']:.1f} CPU s)")
+    teacher = load_teacher(settings, model, device, log, classes, trained)
+    return baseline, convnet, teacher
 
 
 def plural(n: int, word: str) -> str:

@@ -87,10 +87,14 @@ def objective(logits, labels: torch.Tensor, label_smoothing: float = 0.0,
 
         ½ · CE(class head, labels, label smoothing) + ½ · CE(distillation head, teacher_labels)
 
-    -- the smoothing on the true labels only, as DeiT's code does."""
+    -- the smoothing on the true labels only, as DeiT's code does.  A student without a
+    distillation token gives one tensor of logits, which learns both targets (DeiT's hard
+    distillation on the class token alone, its Table 8):
+
+        ½ · CE(logits, labels, label smoothing) + ½ · CE(logits, teacher_labels)"""
     if teacher_labels is None:
         return F.cross_entropy(logits, labels, label_smoothing=label_smoothing, reduction="sum")
-    cls_logits, dist_logits = logits
+    cls_logits, dist_logits = logits if isinstance(logits, tuple) else (logits, logits)
     return (0.5 * F.cross_entropy(cls_logits, labels, label_smoothing=label_smoothing,
                                   reduction="sum")
             + 0.5 * F.cross_entropy(dist_logits, teacher_labels, reduction="sum"))
@@ -129,9 +133,9 @@ def train_step(model, images, labels, optimizer, label_smoothing: float = 0.0,
     still takes part in the gradient exchange.  The returned ``Step`` is over the counted
     images (zeros when there are none).
 
-    ``teacher``: images -> the teacher's classes (``distillation.Teacher``), for a model in
-    distilled training (it returns both heads): the objective is then hard distillation, and
-    the accuracy and plain cross-entropy are those of the two heads' average, what the model
+    ``teacher``: images -> the teacher's classes (``distillation.Teacher``): the objective is
+    then hard distillation.  For a model in distilled training (it returns both heads) the
+    accuracy and plain cross-entropy are those of the two heads' average, what the model
     predicts at inference.
 
     ``scaler``: a ``torch.amp.GradScaler``, for fp16 autocast: each part's loss is multiplied
@@ -159,7 +163,7 @@ def train_step(model, images, labels, optimizer, label_smoothing: float = 0.0,
             (loss if scaler is None else scaler.scale(loss)).backward()
         loss_sum += loss.item() * divisor
         with torch.no_grad():
-            prediction = logits if teacher is None else (logits[0] + logits[1]) / 2
+            prediction = (logits[0] + logits[1]) / 2 if isinstance(logits, tuple) else logits
             ce_sum += F.cross_entropy(prediction, y, reduction="sum").item()
             correct += (prediction.argmax(-1) == y).sum().item()
     if scaler is None:

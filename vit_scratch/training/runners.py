@@ -6,10 +6,12 @@ NumPy room's hand-written backward passes and AdamW, on the CPU in fp32).  The l
 (``training.loop``) never asks which one it has; both answer::
 
     Runner.compute_device(settings)   the device the steps run on
-    Runner(model, settings, steps, state=None, world=World(), device=cpu, log=print)
+    Runner(model, settings, steps, state=None, world=World(), device=cpu, log=print,
+           teacher=None)
         model      the PyTorch model of the run: its weights are the ones kept and saved
         steps      optimisation steps per epoch (the schedule's length)
         state      the saved trainer state of a resumed run (the optimiser's state is restored)
+        teacher    the loop's ``distillation.Teacher`` (``--teacher``), else loaded here
     runner.train()                    training mode for the epoch
     runner.seed(seed)                 the epoch's seed for the runner's own random streams
     runner.step(images, labels, counted, divisor)
@@ -70,7 +72,8 @@ class TorchRunner:
         return resolve_device(settings.device)
 
     def __init__(self, model, settings, steps: int, state=None,
-                 world: distributed.World = distributed.World(), device=None, log=print):
+                 world: distributed.World = distributed.World(), device=None, log=print,
+                 teacher=None):
         self.settings, self.device = settings, torch.device("cpu") if device is None else device
         self.autocast_dtype = resolve_precision(settings.precision, self.device)
         self.optimizer = torch.optim.AdamW(param_groups(model, settings.weight_decay),
@@ -83,8 +86,9 @@ class TorchRunner:
             if state is not None and state.get("grad_scaler"):  # a run that trained in fp16
                 self.scaler.load_state_dict(state["grad_scaler"])
         self.schedule = lr_schedule(self.optimizer, **_schedule_steps(settings, steps, state))
-        self.teacher = load_teacher(settings, model, self.device, log)
-        if self.teacher is not None:
+        self.teacher = teacher if teacher is not None else load_teacher(settings, model,
+                                                                         self.device, log)
+        if self.teacher is not None and getattr(model.cfg, "distilled", False):
             model.set_distilled_training(True)  # training mode: both heads' logits
         self.trainer = self.evaluator = model
         if world.size > 1:
@@ -154,7 +158,8 @@ class NumpyRunner:
         return torch.device("cpu")
 
     def __init__(self, model, settings, steps: int, state=None,
-                 world: distributed.World = distributed.World(), device=None, log=print):
+                 world: distributed.World = distributed.World(), device=None, log=print,
+                 teacher=None):
         from threadpoolctl import ThreadpoolController
 
         from ..models import build_numpy_model, lookup
@@ -164,7 +169,8 @@ class NumpyRunner:
         family, spec = lookup(settings.model)
         self.model = build_numpy_model(family, spec, model.cfg, params)  # model's checked cfg
         check_trainable(self.model, np.random.default_rng(0))
-        self.teacher = load_teacher(settings, model, torch.device("cpu"), log)  # PyTorch, on CPU
+        self.teacher = teacher if teacher is not None else load_teacher(
+            settings, model, torch.device("cpu"), log)  # PyTorch, on the CPU
         if self.teacher is not None:
             self.model.set_distilled_training(True)  # forward_with_cache: both heads' logits
         self.settings, self.training = settings, True
