@@ -268,7 +268,8 @@ def test_training_at_chance_says_so_and_what_to_try(pictures, tmp_path):
     assert on_the_recipe.startswith("warning: after 20 epochs") and "--recipe" not in \
         on_the_recipe  # not the recipe it runs already
     learning = train(picture_settings(pictures, None, epochs=5), log=logs.append)
-    assert max(h["train_accuracy"] for h in learning["history"]) > 0.4 and not learning["notes"]
+    assert max(h["train_accuracy"] for h in learning["history"]) > 0.4
+    assert not [n for n in learning["notes"] if "not learning" in n]
 
 
 def test_kept_pictures_train_as_pictures_read_every_epoch(pictures, monkeypatch):
