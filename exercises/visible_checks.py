@@ -25,6 +25,7 @@ TOPICS = {
     "07": ("ex07_conv_position_encoding", "convolutional position encodings"),
     "08": ("ex08_coscale", "co-scale"),
     "10": ("ex10_backprop", "backprop by hand"),
+    "11": ("ex11_distillation", "distillation and stochastic depth"),
 }
 
 
