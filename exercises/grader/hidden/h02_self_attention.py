@@ -82,6 +82,10 @@ def sdpa_mistakes(q, k, v, mask=None):
          f"your weights' rows sum to 1/√d = {1 / math.sqrt(d):.3g}, not 1: did you scale after the softmax?"),
         (attention(q, k, v, mask, scale="none"), "no 1/√d scale: divide the scores q kᵀ by √d"),
         (attention(q, k, v, mask, scale="d"), "scaled by 1/d: the scale is 1/√d"),
+        (attention(q, k, v, mask, scale="times"), "the scores were multiplied by √d: divide them by √d "
+                                                  "(the scale 1/√d keeps their variance near 1)"),
+        (attention(q, k, v, mask, scale="dv") if v.shape[-1] != q.shape[-1] else np.zeros(0),
+         "scaled by √d_v, the values' width: d in 1/√d is the width of q and k (d_k), which q kᵀ sums over"),
         (attention(q, k, v, mask, softmax_dim=-2),
          "the softmax runs over the queries (axis -2): each query's weights over the keys "
          "(axis -1) must sum to 1"),
@@ -95,7 +99,11 @@ def sdpa_mistakes(q, k, v, mask=None):
                                                                  "'may attend'"),
                 (attention(q, k, v, mask, mask_mode="after"), "the masked weights were zeroed after "
                                                               "the softmax, so rows no longer sum to 1: "
-                                                              "mask the scores before the softmax")]
+                                                              "mask the scores before the softmax"),
+                (attention(q, k, v, mask, mask_mode="multiply"), "the mask was multiplied into the scores: a "
+                                                                 "masked score becomes 0, and e⁰ = 1 still gives "
+                                                                 "its key weight -- set masked scores to -inf "
+                                                                 "(np.where) before the softmax")]
     return out
 
 
@@ -181,7 +189,8 @@ def padding_mask(g):
                   mistakes=mistakes(lengths, n))
         close(f([2, 4], 4), ref([2, 4], 4), "padding_mask([2, 4], 4) with a list")
 
-    @g.part("the real tokens' outputs equal the unpadded sequences'", 2)
+    @g.part("the real tokens' outputs equal the unpadded sequences'", 2,
+            requires=["random batches (lengths as an array or a list)"])
     def _():
         r = rng(122)
         lengths, n = np.array([5, 2, 4]), 5
@@ -192,7 +201,8 @@ def padding_mask(g):
             alone = attention(x[b:b + 1, :, :L], x[b:b + 1, :, :L], x[b:b + 1, :, :L])
             close(out[b:b + 1, :, :L], alone, f"sequence {b} (length {L}) in the padded batch", atol=1e-12)
 
-    @g.part("ValueError for a length of 0 or longer than num_tokens", 1)
+    @g.part("ValueError for a length of 0 or longer than num_tokens", 1,
+            requires=["random batches (lengths as an array or a list)"])
     def _():
         expect_error(ValueError, lambda: f(np.array([2, 0]), 4), "length 0", mention="0")
         expect_error(ValueError, lambda: f(np.array([5, 2]), 4), "length 5 > 4 tokens", mention="5")
@@ -243,10 +253,14 @@ def split_merge_heads(g):
             expected = xh.transpose(0, 2, 1, 3).reshape(B, n, h * d)
             close(merge(xh), expected, f"merge_heads of {xh.shape}", atol=0,
                   mistakes=[(xh.reshape(B, n, h * d), "a plain reshape mixes tokens and heads: "
-                                                      "transpose (B, h, N, d) -> (B, N, h, d) first")])
+                                                      "transpose (B, h, N, d) -> (B, N, h, d) first"),
+                            (xh.transpose(0, 2, 3, 1).reshape(B, n, h * d) if h > 1 and d > 1 else np.zeros(0),
+                             "merged in (d h) order, channel c of head i at c·h + i: channels are head-major, "
+                             "(h d) -- head i owns channels i·d .. i·d + d − 1, so transpose to (B, N, h, d)")])
             close(merge(split(expected, h)), expected, "merge_heads(split_heads(x))", atol=0)
 
-    @g.part("ValueError when the channels do not split evenly", 1)
+    @g.part("ValueError when the channels do not split evenly", 1,
+            requires=["split_heads on random shapes (one head, d = 1, one token)"])
     def _():
         expect_error(ValueError, lambda: split(np.zeros((2, 5, 12)), 5), "12 channels into 5 heads")
 

@@ -122,7 +122,7 @@ def flops(g):
                                 "strictly fewer operations"),
                             (C + 1, "with h heads the crossover is at d + 1 = C/h + 1")])
 
-    @g.part("ValueError when dim is not a multiple of num_heads", 1)
+    @g.part("ValueError when dim is not a multiple of num_heads", 1, requires=["operation counts"])
     def _():
         expect_error(ValueError, lambda: count(10, 10, 3), "factorized_attention_flops(10, 10, 3)")
         expect_error(ValueError, lambda: crossover(10, 3), "crossover_num_tokens(10, 3)")

@@ -9,6 +9,7 @@ from .references import NUMPY_ONLY, N, T, depthwise, rng
 
 MOD = "ex07_conv_position_encoding"
 NO_CONV_LIBS = NUMPY_ONLY + ("scipy.signal", "scipy.ndimage")
+CRPE_FORWARD = "random inputs vs an independent reference (windows {3: 2, 5: 3, 7: 3} and others)"
 
 
 def rel_ref(n, window, sign=1, bound=None):
@@ -42,7 +43,7 @@ def clipped_relative_indices(g):
                 raise Fail(f"clipped_relative_indices({n}, {w}) has dtype {np.asarray(got).dtype}: return ints "
                            "(they index a table of learned vectors)")
 
-    @g.part("ValueError for an even or non-positive window", 1)
+    @g.part("ValueError for an even or non-positive window", 1, requires=["random sizes and windows (M = 1, M > 2N)"])
     def _():
         expect_error(ValueError, lambda: f(5, 4), "window 4", mention="4")
         expect_error(ValueError, lambda: f(5, 0), "window 0", mention="0")
@@ -117,7 +118,8 @@ def depthwise_conv2d(g):
         x, w, b = (r.standard_normal(s).astype(np.float32) for s in [(2, 3, 6, 5), (3, 1, 3, 3), (3,)])
         close(f(x, w, b), depthwise(x, w, b), "float32 depthwise conv", atol=1e-5, dtype=np.float32)
 
-    @g.part("ValueError for even kernels, mismatched weights and dilation 0", 1)
+    @g.part("ValueError for even kernels, mismatched weights and dilation 0", 1,
+            requires=["random inputs vs F.conv2d(groups=C), with and without bias"])
     def _():
         x = np.zeros((1, 3, 5, 5))
         expect_error(ValueError, lambda: f(x, np.zeros((3, 1, 2, 2))), "a 2x2 kernel")
@@ -149,7 +151,11 @@ def groups(params, window):
             [params[f"conv_list.{i}.bias"] for i in range(len(window))])
 
 
-def crpe_ref(q, v, size, params, window, zero_cls=True, heads="hd", sort=False, swap_hw=False, gate=True):
+def crpe_ref(q, v, size, params, window, zero_cls=True, heads="hd", sort=False, swap_hw=False, gate=True,
+             reverse=False):
+    """CRPE in float64 torch ops, with switches for the classic mistakes: no zero class row, the
+    image of v channel-major (``heads='dh'``), the groups sorted by window or in ``reverse``
+    order (each kernel on another block of heads), the grid read as (W, H), EV not gated by q."""
     qt, vt = T(np.asarray(q, dtype=np.float64)), T(np.asarray(v, dtype=np.float64))
     B, h, n, d = qt.shape
     H, W = size
@@ -163,6 +169,8 @@ def crpe_ref(q, v, size, params, window, zero_cls=True, heads="hd", sort=False, 
     items = list(enumerate(window.items()))
     if sort:
         items = sorted(items, key=lambda it: it[1][0])
+    if reverse:
+        items = items[::-1]
     outs, start = [], 0
     for i, (k, nh) in items:
         ch = nh * d
@@ -199,6 +207,10 @@ def crpe_mistakes(q, v, size, p, window):
         out.append((crpe_ref(q, v, size, p, window, sort=True), "the head groups follow the lists' order: "
                                                                 "weights[i] convolves the i-th block of "
                                                                 "heads, whatever its kernel size"))
+    if len(window) > 1:
+        out.append((crpe_ref(q, v, size, p, window, reverse=True),
+                    "the window groups are in reverse order: take the groups in the lists' order -- weights[0] "
+                    "convolves the first heads_0·d channels (the first heads), weights[1] the next block, ..."))
     if H != W:
         out.append((crpe_ref(q, v, size, p, window, swap_hw=True), "the grid is (H, W), raster order: "
                                                                    "token 1 + r·W + c is row r, column c"))
@@ -219,7 +231,7 @@ def conv_rel_pos_enc(g):
         close(f(q, v, (2, 2), *groups(p, {1: 1})), expected, "EV = q ⊙ (w·v + b), zero class row", atol=1e-12,
               mistakes=crpe_mistakes(q, v, (2, 2), p, {1: 1}))
 
-    @g.part("random inputs vs an independent reference (windows {3: 2, 5: 3, 7: 3} and others)", 4)
+    @g.part(CRPE_FORWARD, 4)
     def _():
         r = rng(712)
         for B, H, W, d, window in [(2, 5, 4, 2, {3: 2, 5: 3, 7: 3}), (1, 3, 3, 4, {3: 1}),
@@ -232,7 +244,7 @@ def conv_rel_pos_enc(g):
                   f"CRPE on a {H}x{W} grid, {h} heads, d={d}, window {window}", atol=1e-10,
                   mistakes=crpe_mistakes(q, v, (H, W), p, window))
 
-    @g.part("the class token's row is exactly zero", 2)
+    @g.part("the class token's row is exactly zero", 2, requires=[CRPE_FORWARD])
     def _():
         r = rng(713)
         window = {3: 2, 5: 1}
@@ -252,7 +264,7 @@ def conv_rel_pos_enc(g):
         close(f(q, v, (4, 5), *groups(p, window)), crpe_ref(q, v, (4, 5), p, window), "float32 CRPE", atol=1e-5,
               dtype=np.float32)
 
-    @g.part("ValueError for heads that do not add up, or a wrong number of tokens", 1)
+    @g.part("ValueError for heads that do not add up, or a wrong number of tokens", 1, requires=[CRPE_FORWARD])
     def _():
         q = np.zeros((1, 4, 10, 2))
         p = crpe_params({3: 2, 5: 2}, 2, 717)
@@ -268,5 +280,4 @@ def conv_rel_pos_enc(g):
         return f.later(q, q, (H, W), *groups(p, window))
 
     g.no_loops(2, make, {"pixel rows": ({"H": 3}, {"H": 11}, 8), "pixel columns": ({"W": 4}, {"W": 12}, 8),
-                         "heads": ({"h": 2}, {"h": 10}, 8)},
-               requires=["random inputs vs an independent reference (windows {3: 2, 5: 3, 7: 3} and others)"])
+                         "heads": ({"h": 2}, {"h": 10}, 8)}, requires=[CRPE_FORWARD])

@@ -32,6 +32,20 @@ def unclamped(x, size, wrap=True):
     return rows[..., j0] * (1 - b) + rows[..., j1] * b
 
 
+def no_half_pixel(x, size):
+    """Bilinear with src = i·n_in/n_out: the pixels' corners aligned at 0 instead of their centres
+    (TensorFlow 1's ``align_corners=False`` without half-pixel centres)."""
+    def weights(n_in, n_out):
+        src = np.arange(n_out) * (n_in / n_out)
+        i0 = np.minimum(np.floor(src).astype(int), n_in - 1)
+        return i0, np.minimum(i0 + 1, n_in - 1), src - i0
+
+    i0, i1, a = weights(x.shape[-2], size[0])
+    rows = x[..., i0, :] * (1 - a)[:, None] + x[..., i1, :] * a[:, None]
+    j0, j1, b = weights(x.shape[-1], size[1])
+    return rows[..., j0] * (1 - b) + rows[..., j1] * b
+
+
 def bl_mistakes(x, size, align_corners=False):
     if align_corners:
         return [(bilinear(x, size), "this is align_corners=False: with align_corners=True the corner pixels' "
@@ -40,6 +54,9 @@ def bl_mistakes(x, size, align_corners=False):
     out = [(bilinear(x, size, align_corners=True), "this is align_corners=True (src = i·(n_in − 1)/(n_out − 1)): "
                                                    "with align_corners=False pixel centres sit at i + 0.5, "
                                                    "src = (i + 0.5)·n_in/n_out − 0.5"),
+           (no_half_pixel(x, size), "without half-pixel centres: src = i·n_in/n_out lines up the pixels' "
+                                    "corners; with align_corners=False the centres sit at i + 0.5, "
+                                    "src = (i + 0.5)·n_in/n_out − 0.5 (clamped at 0)"),
            (nearest(x, size), "nearest-neighbour: mix the two nearest input pixels with weights (1 − λ, λ)"),
            (unclamped(x, size), "clamp src at 0: the first output pixels of an upsampling read index "
                                 "-1, which NumPy wraps around to the last pixel"),
@@ -126,7 +143,7 @@ def tokens_ref(x, size, new_size, mode="right"):
         grid = img.transpose(1, 2).reshape(B, C, W, H).transpose(-1, -2)
     else:
         grid = img.transpose(1, 2).reshape(B, C, H, W)
-    out = F.interpolate(grid, size=tuple(new_size), mode="bilinear", align_corners=False)
+    out = F.interpolate(grid, size=tuple(new_size), mode="bilinear", align_corners=mode == "align_corners")
     if mode == "no_transpose":
         out = out.reshape(B, -1, C)
     elif mode == "swap":
@@ -143,7 +160,10 @@ def tok_mistakes(x, size, new_size):
                                                            "to (B, C, N) before reshaping to (B, C, H, W), "
                                                            "and back afterwards"),
            (tokens_ref(x, size, new_size, "drop_cls"), "the class token is missing: carry it over unchanged, "
-                                                       "(B, 1 + H'·W', C)")]
+                                                       "(B, 1 + H'·W', C)"),
+           (tokens_ref(x, size, new_size, "align_corners"), "resized with align_corners=True: CoaT's co-scale "
+                                                            "resizes with F.interpolate(..., mode=\"bilinear\", "
+                                                            "align_corners=False), pixel centres at i + 0.5")]
     if tuple(size) != tuple(size)[::-1] or tuple(new_size) != tuple(new_size)[::-1]:
         out.append((tokens_ref(x, size, new_size, "swap"), "the grid is (H, W) in raster order: "
                                                             "reshape to (B, C, H, W), not (B, C, W, H)"))
@@ -175,7 +195,7 @@ def interpolate_tokens(g):
             close(run(x, (H, W), new), tokens_ref(x, (H, W), new), f"tokens on a {H}x{W} grid -> {new}",
                   atol=1e-10, mistakes=tok_mistakes(x, (H, W), new))
 
-    @g.part("the class token is carried over exactly", 1)
+    @g.part("the class token is carried over exactly", 1, requires=["random grids up and down vs an independent reference"])
     def _():
         x = rng(813).standard_normal((2, 1 + 12, 4))
         got = run(x, (3, 4), (6, 8))
@@ -183,7 +203,7 @@ def interpolate_tokens(g):
             raise Fail(f"expected shape (2, 49, 4), got {got.shape}")
         close(got[:, 0], x[:, 0], "the class token after resizing", atol=0)
 
-    @g.part("gradients flow back to every token", 1)
+    @g.part("gradients flow back to every token", 1, requires=["random grids up and down vs an independent reference"])
     def _():
         x = T(rng(814).standard_normal((2, 1 + 9, 3))).requires_grad_()
         out, (grad,) = f.with_grad(x, (3, 3), (5, 5), wrt=(0,))
@@ -193,7 +213,7 @@ def interpolate_tokens(g):
                 float(grad[:, 0].abs().min()) == 0 or float(grad[:, 1:].abs().min()) == 0:
             raise Fail("some input tokens get no gradient: keep every step a torch operation on x")
 
-    @g.part("ValueError when the tokens do not make 1 + H·W", 1)
+    @g.part("ValueError when the tokens do not make 1 + H·W", 1, requires=["random grids up and down vs an independent reference"])
     def _():
         expect_error(ValueError, lambda: f(torch.zeros(1, 10, 3), (3, 4), (6, 8)), "10 tokens for a 3x4 grid")
 
