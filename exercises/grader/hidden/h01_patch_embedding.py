@@ -55,7 +55,8 @@ def patchify_reshape(g):
         x = rng(12).standard_normal((2, 3, 8, 12)).astype(np.float32)
         close(f(x, 4), unfold(x, 4), "patchify of float32 images", atol=0, dtype=np.float32)
 
-    @g.part("ValueError when H or W is not a multiple of P", 2, requires=["random shapes (square and not, P = 1 ... 16)"])
+    @g.part("ValueError when H or W is not a multiple of P", 2,
+            requires=["random shapes (square and not, P = 1 ... 16)"])
     def _():
         expect_error(ValueError, lambda: f(np.zeros((1, 3, 30, 32)), 16), "H=30, P=16", mention="30")
         expect_error(ValueError, lambda: f(np.zeros((1, 3, 32, 20)), 16), "W=20, P=16", mention="20")
@@ -104,7 +105,8 @@ def unpatchify(g):
         x = rng(22).standard_normal((2, 3, 12, 12))
         close(f(unfold(x, 4), 4, 12), x, "unpatchify(patches, 4, 12)", atol=0)
 
-    @g.part("ValueError for patches that do not fit the image", 2, requires=["random round trips, square and rectangular"])
+    @g.part("ValueError for patches that do not fit the image", 2,
+            requires=["random round trips, square and rectangular"])
     def _():
         p = np.zeros((1, 6, 3 * 4))
         expect_error(ValueError, lambda: f(p, 2, (4, 4)), "6 patches for a 2x2 grid")

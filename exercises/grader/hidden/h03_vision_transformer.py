@@ -291,7 +291,8 @@ def block_module(g):
         p = block_params(12, 3, 48, seed=342, dtype=np.float32)
         m = load(make(12, 3), p, dtype=torch.float32)
         x = rng(343).standard_normal((2, 5, 12)).astype(np.float32)
-        close(forward(m, x), block(x, p, 3), "float32 Block", atol=2e-5, rtol=1e-5, dtype=np.float32)
+        close(forward(m, x), block(x, p, 3), "float32 Block", atol=2e-5, rtol=1e-5, dtype=np.float32,
+              mistakes=block_mistakes(x, p, 3))
 
     @g.part("gradients reach every parameter", 1, requires=[BLOCK_FORWARD])
     def _():

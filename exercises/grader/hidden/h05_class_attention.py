@@ -164,21 +164,22 @@ def class_attention(g):
     def _():
         x, p = rng(502).standard_normal((2, 5, 8)), ca_params(8, 503, bias=False)
         close(f(x, *weights(p), 2), class_attn_ref(x, p, 2), "class attention with q/k/v biases None",
-              atol=1e-10)
+              atol=1e-10, mistakes=ca_mistakes(x, p, 2))
 
     @g.part("float32 in, float32 out", 1)
     def _():
         x = rng(504).standard_normal((2, 7, 8)).astype(np.float32)
         p = {k: v.astype(np.float32) for k, v in ca_params(8, 505).items()}
         close(f(x, *weights(p), 2), class_attn_ref(x, p, 2), "float32 class attention", atol=1e-5,
-              dtype=np.float32)
+              dtype=np.float32, mistakes=ca_mistakes(x, p, 2))
 
     @g.part("large scores stay finite", 2)
     def _():
         x, p = large_scores_case(506)
         got = f(x, *weights(p), 2)
         _finite(got, "class attention with scores in the thousands")
-        close(got, class_attn_ref(x, p, 2), "class attention with large scores", atol=1e-8, rtol=1e-10)
+        close(got, class_attn_ref(x, p, 2), "class attention with large scores", atol=1e-8, rtol=1e-10,
+              mistakes=ca_mistakes(x, p, 2))
 
     def make(n=3, h=2):
         C = 2 * h
@@ -320,7 +321,8 @@ def talking_head_attention(g):
         qkv = (x @ p["qkv.weight"].T + p["qkv.bias"]).reshape(2, 6, 3, h, C // h).transpose(2, 0, 3, 1, 4)
         plain = attention(qkv[0], qkv[1], qkv[2]).transpose(0, 2, 1, 3).reshape(2, 6, C)
         close(forward(load(make(C, h), p), x), plain @ p["proj.weight"].T + p["proj.bias"],
-              "talking heads with identity mixing vs multi-head attention", atol=1e-10)
+              "talking heads with identity mixing vs multi-head attention", atol=1e-10,
+              mistakes=th_mistakes(x, p, h))
 
     @g.part("gradients reach every parameter", 1, requires=[TH_FORWARD])
     def _():
@@ -336,7 +338,8 @@ def talking_head_attention(g):
         p = {k: v.astype(np.float32) for k, v in th_params(8, 4, 536).items()}
         m = load(make(8, 4), p, dtype=torch.float32)
         x = rng(537).standard_normal((2, 5, 8)).astype(np.float32)
-        close(forward(m, x), talking_heads_ref(x, p, 4), "float32 talking heads", atol=2e-5, dtype=np.float32)
+        close(forward(m, x), talking_heads_ref(x, p, 4), "float32 talking heads", atol=2e-5, dtype=np.float32,
+              mistakes=th_mistakes(x, p, 4))
 
     def make_call(n=3, h=2):
         C = 2 * h

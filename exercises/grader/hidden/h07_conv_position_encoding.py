@@ -262,7 +262,7 @@ def conv_rel_pos_enc(g):
         q, v = (r.standard_normal((2, 2, 1 + 20, 3)).astype(np.float32) for _ in range(2))
         p = {k: a.astype(np.float32) for k, a in crpe_params(window, 3, 716).items()}
         close(f(q, v, (4, 5), *groups(p, window)), crpe_ref(q, v, (4, 5), p, window), "float32 CRPE", atol=1e-5,
-              dtype=np.float32)
+              dtype=np.float32, mistakes=crpe_mistakes(q, v, (4, 5), p, window))
 
     @g.part("ValueError for heads that do not add up, or a wrong number of tokens", 1, requires=[CRPE_FORWARD])
     def _():
