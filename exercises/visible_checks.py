@@ -257,13 +257,13 @@ def _(m):
     one = np.array([[0.5, 0.5], [0.0, 1.0]])                   # (A + I) / row sums
     close(got[0], one, "one block: (A + I), rows renormalised", atol=1e-12)
     close(m.attention_rollout([a, a])[0], one @ one, "two blocks", atol=1e-12)
+    import torch
+
     r = np.random.default_rng(10)
     maps = [r.dirichlet(np.ones(5), size=(2, 3, 5)) for _ in range(3)]           # 3 blocks, 3 heads
-    expected = None
-    for attn in maps:
-        a = attn.mean(axis=1) + np.eye(5)
-        a = a / a.sum(axis=-1, keepdims=True)
-        expected = a if expected is None else a @ expected
+    per_block = [torch.from_numpy(m_).mean(dim=1) + torch.eye(5, dtype=torch.float64) for m_ in maps]
+    per_block = [b / b.sum(dim=-1, keepdim=True) for b in per_block]
+    expected = (per_block[2] @ per_block[1] @ per_block[0]).numpy()
     close(m.attention_rollout(maps), expected, "3 blocks of (2, 3, 5, 5) maps: 2 images, 3 heads", atol=1e-12)
 
 

@@ -148,11 +148,14 @@ def _(m):
     got = m.factorized_attention(q, k, v)
     shape(got, (2, 1), "factorized attention of 2 tokens, d = 1")
     close(got, [[7.0], [14.0]], "softmax over the tokens [1/4, 3/4], context 1/4·4 + 3/4·8 = 7", atol=1e-12)
+    import torch
+
     r = np.random.default_rng(15)
     q, k, v = (r.standard_normal((2, 3, 5, 4)) for _ in range(3))                # 2 images, 3 heads
-    e = np.exp(k - k.max(axis=-2, keepdims=True))
-    expected = q @ (np.swapaxes(e / e.sum(axis=-2, keepdims=True), -1, -2) @ v) / 2.0
-    close(m.factorized_attention(q, k, v), expected, "2 images, 3 heads, 5 tokens, d = 4", atol=1e-10)
+    t = [torch.from_numpy(a) for a in (q, k, v)]
+    expected = (t[0] @ (torch.softmax(t[1], dim=-2).transpose(-1, -2) @ t[2]) / 2.0).numpy()
+    close(m.factorized_attention(q, k, v), expected, "2 images, 3 heads, 5 tokens, d = 4: vs PyTorch's ops",
+          atol=1e-10)
 
 
 @check("6.2", "factorized_attention_flops + crossover", "per head: 2·N²·d (softmax) vs 2·N·d² "
