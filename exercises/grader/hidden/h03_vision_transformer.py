@@ -53,7 +53,7 @@ def vit_num_params(g):
     def check(*args, **kwargs):
         equal(f(*args, **kwargs), vit_params_reference(*args, **kwargs),
               f"vit_num_params{args}{'' if not kwargs else ' ' + str(kwargs)}",
-              mistakes=mistakes(args, kwargs))
+              mistakes=lambda: mistakes(args, kwargs))
 
     @g.part("vit_tiny_patch16_224: 5,717,416", 2)
     def _():
@@ -109,7 +109,7 @@ def block_forward(g):
         x = rng(301).standard_normal((2, 7, 12))
         p = block_params(12, 3, 48, seed=302)
         close(f(x, p, 3), block(x, p, 3), "block_forward (B=2, N=7, C=12, 3 heads)", atol=1e-10,
-              mistakes=block_mistakes(x, p, 3))
+              mistakes=lambda: block_mistakes(x, p, 3))
 
     @g.part("random shapes: one head, one token, batch of one, MLP ratio 2", 2)
     def _():
@@ -118,7 +118,7 @@ def block_forward(g):
             x = r.standard_normal((B, n, C))
             p = block_params(C, h, hidden, seed=int(r.integers(1 << 30)))
             close(f(x, p, h), block(x, p, h), f"block_forward (B={B}, N={n}, C={C}, {h} heads)",
-                  atol=1e-10, mistakes=block_mistakes(x, p, h))
+                  atol=1e-10, mistakes=lambda: block_mistakes(x, p, h))
 
     @g.part("large logits (attention scores in the thousands)", 2)
     def _():
@@ -142,7 +142,7 @@ def block_forward(g):
         x = 1e-3 * rng(306).standard_normal((1, 6, 16))
         p = block_params(16, 2, 32, seed=307)
         close(f(x, p, 2), block(x, p, 2), "block_forward on tokens of size 1e-3", atol=1e-10,
-              mistakes=block_mistakes(x, p, 2))
+              mistakes=lambda: block_mistakes(x, p, 2))
 
     def make(n=3, h=2):
         x = rng(308).standard_normal((1, n, 2 * h))
@@ -194,7 +194,7 @@ def attention_rollout(g):
         for B, h, n, L in [(2, 3, 6, 3), (1, 1, 4, 1), (3, 4, 5, 4), (1, 2, 9, 2)]:
             maps = [r.dirichlet(np.ones(n), size=(B, h, n)) for _ in range(L)]
             close(f(maps), rollout_ref(maps), f"rollout of {L} blocks, B={B}, {h} heads, N={n}",
-                  atol=1e-12, mistakes=mistakes(maps))
+                  atol=1e-12, mistakes=lambda: mistakes(maps))
 
     @g.part("shape (B, N, N), rows sum to 1", 1, requires=["random maps: blocks, heads, batch of one"])
     def _():
@@ -276,7 +276,7 @@ def block_module(g):
             if eps_hint(m):
                 raise Fail("a LayerNorm has eps != 1e-6 (nn.LayerNorm's default is 1e-5; ViT uses 1e-6)")
             close(forward(m, x), block(x, p, h), f"Block({C}, {h}) on (B={B}, N={n})", atol=1e-10,
-                  mistakes=block_mistakes(x, p, h))
+                  mistakes=lambda: block_mistakes(x, p, h))
 
     @g.part("state_dict keys and shapes (timm's names)", 2, requires=[BLOCK_FORWARD])
     def _():
@@ -292,7 +292,7 @@ def block_module(g):
         m = load(make(12, 3), p, dtype=torch.float32)
         x = rng(343).standard_normal((2, 5, 12)).astype(np.float32)
         close(forward(m, x), block(x, p, 3), "float32 Block", atol=2e-5, rtol=1e-5, dtype=np.float32,
-              mistakes=block_mistakes(x, p, 3))
+              mistakes=lambda: block_mistakes(x, p, 3))
 
     @g.part("gradients reach every parameter", 1, requires=[BLOCK_FORWARD])
     def _():

@@ -142,7 +142,7 @@ def class_attention(g):
     def _():
         x, eye = _hand_case()
         close(f(x, *weights(eye), 1), [[[1 / 3, 1 / 3]]], "identity weights, class token 0, 1 head",
-              atol=1e-12, mistakes=ca_mistakes(x, eye, 1))
+              atol=1e-12, mistakes=lambda: ca_mistakes(x, eye, 1))
 
     @g.part("random inputs vs an independent reference", 3)
     def _():
@@ -150,28 +150,29 @@ def class_attention(g):
         for B, n, C, h in [(2, 6, 12, 3), (1, 9, 8, 2), (3, 1, 6, 1), (2, 16, 16, 4), (1, 4, 10, 5)]:
             x, p = r.standard_normal((B, 1 + n, C)), ca_params(C, int(r.integers(1 << 30)))
             close(f(x, *weights(p), h), class_attn_ref(x, p, h),
-                  f"class attention (B={B}, N={n}, C={C}, {h} heads)", atol=1e-10, mistakes=ca_mistakes(x, p, h))
+                  f"class attention (B={B}, N={n}, C={C}, {h} heads)", atol=1e-10,
+                  mistakes=lambda: ca_mistakes(x, p, h))
 
     @g.part("return_attention=True: the (B, h, 1, 1 + N) weights", 1)
     def _():
         x, p = rng(510).standard_normal((2, 1 + 5, 8)), ca_params(8, 511)
         out, attn = _pair(f(x, *weights(p), 2, return_attention=True), "class_attention(..., return_attention=True)")
         ref_out, ref_attn = class_attn_ref(x, p, 2, return_attention=True)
-        close(attn, ref_attn, "the attention weights", atol=1e-10, mistakes=attn_mistakes(x, p, 2))
+        close(attn, ref_attn, "the attention weights", atol=1e-10, mistakes=lambda: attn_mistakes(x, p, 2))
         close(out, ref_out, "the output next to the weights", atol=1e-10)
 
     @g.part("no q/k/v biases (None)", 1)
     def _():
         x, p = rng(502).standard_normal((2, 5, 8)), ca_params(8, 503, bias=False)
         close(f(x, *weights(p), 2), class_attn_ref(x, p, 2), "class attention with q/k/v biases None",
-              atol=1e-10, mistakes=ca_mistakes(x, p, 2))
+              atol=1e-10, mistakes=lambda: ca_mistakes(x, p, 2))
 
     @g.part("float32 in, float32 out", 1)
     def _():
         x = rng(504).standard_normal((2, 7, 8)).astype(np.float32)
         p = {k: v.astype(np.float32) for k, v in ca_params(8, 505).items()}
         close(f(x, *weights(p), 2), class_attn_ref(x, p, 2), "float32 class attention", atol=1e-5,
-              dtype=np.float32, mistakes=ca_mistakes(x, p, 2))
+              dtype=np.float32, mistakes=lambda: ca_mistakes(x, p, 2))
 
     @g.part("large scores stay finite", 2)
     def _():
@@ -179,7 +180,7 @@ def class_attention(g):
         got = f(x, *weights(p), 2)
         _finite(got, "class attention with scores in the thousands")
         close(got, class_attn_ref(x, p, 2), "class attention with large scores", atol=1e-8, rtol=1e-10,
-              mistakes=ca_mistakes(x, p, 2))
+              mistakes=lambda: ca_mistakes(x, p, 2))
 
     def make(n=3, h=2):
         C = 2 * h
@@ -199,7 +200,7 @@ def class_attention_without_cls_key(g):
         x, eye = _hand_case()
         close(f(x, *weights(eye), 1, class_token_in_keys=False), [[[0.5, 0.5]]],
               "identity weights, class_token_in_keys=False", atol=1e-12,
-              mistakes=ca_mistakes(x, eye, 1, class_token_in_keys=False))
+              mistakes=lambda: ca_mistakes(x, eye, 1, class_token_in_keys=False))
 
     @g.part("random inputs vs an independent reference, large scores too", 2)
     def _():
@@ -208,7 +209,7 @@ def class_attention_without_cls_key(g):
             x, p = r.standard_normal((B, 1 + n, C)), ca_params(C, int(r.integers(1 << 30)))
             close(f(x, *weights(p), h, class_token_in_keys=False), class_attn_ref(x, p, h, class_token_in_keys=False),
                   f"class_token_in_keys=False (B={B}, N={n}, C={C}, {h} heads)", atol=1e-10,
-                  mistakes=ca_mistakes(x, p, h, class_token_in_keys=False))
+                  mistakes=lambda: ca_mistakes(x, p, h, class_token_in_keys=False))
         x, p = large_scores_case(528)
         got = f(x, *weights(p), 2, class_token_in_keys=False)
         _finite(got, "class_token_in_keys=False with scores in the thousands")
@@ -221,7 +222,8 @@ def class_attention_without_cls_key(g):
         _, attn = _pair(f(x, *weights(p), 2, class_token_in_keys=False, return_attention=True),
                         "class_attention(..., class_token_in_keys=False, return_attention=True)")
         close(attn, class_attn_ref(x, p, 2, class_token_in_keys=False, return_attention=True)[1],
-              "the weights over the N patches", atol=1e-10, mistakes=attn_mistakes(x, p, 2, class_token_in_keys=False))
+              "the weights over the N patches", atol=1e-10,
+              mistakes=lambda: attn_mistakes(x, p, 2, class_token_in_keys=False))
 
     @g.part("one patch: its value, projected", 1)
     def _():
@@ -304,7 +306,7 @@ def talking_head_attention(g):
             m = load(m, p)
             x = r.standard_normal((B, n, C))
             close(forward(m, x), talking_heads_ref(x, p, h), f"TalkingHeadAttention({C}, {h}) on (B={B}, N={n})",
-                  atol=1e-10, mistakes=th_mistakes(x, p, h))
+                  atol=1e-10, mistakes=lambda: th_mistakes(x, p, h))
 
     @g.part("state_dict keys and shapes (timm's names)", 2, requires=[TH_FORWARD])
     def _():
@@ -322,7 +324,7 @@ def talking_head_attention(g):
         plain = attention(qkv[0], qkv[1], qkv[2]).transpose(0, 2, 1, 3).reshape(2, 6, C)
         close(forward(load(make(C, h), p), x), plain @ p["proj.weight"].T + p["proj.bias"],
               "talking heads with identity mixing vs multi-head attention", atol=1e-10,
-              mistakes=th_mistakes(x, p, h))
+              mistakes=lambda: th_mistakes(x, p, h))
 
     @g.part("gradients reach every parameter", 1, requires=[TH_FORWARD])
     def _():
@@ -339,7 +341,7 @@ def talking_head_attention(g):
         m = load(make(8, 4), p, dtype=torch.float32)
         x = rng(537).standard_normal((2, 5, 8)).astype(np.float32)
         close(forward(m, x), talking_heads_ref(x, p, 4), "float32 talking heads", atol=2e-5, dtype=np.float32,
-              mistakes=th_mistakes(x, p, 4))
+              mistakes=lambda: th_mistakes(x, p, 4))
 
     def make_call(n=3, h=2):
         C = 2 * h

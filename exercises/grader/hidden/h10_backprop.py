@@ -31,6 +31,19 @@ def _grads(fn, arrays, dout):
     return [N(t.grad) if t.grad is not None else np.zeros(tuple(t.shape)) for t in ts]
 
 
+def _once(fn):
+    """``fn()``, computed at the first call and kept: a slip's values are computed only when a
+    result is wrong."""
+    kept = []
+
+    def get():
+        if not kept:
+            kept.append(fn())
+        return kept[0]
+
+    return get
+
+
 def _tuple(got, n, what, names):
     if not isinstance(got, (tuple, list)) or len(got) != n:
         raise Fail(f"{what}: return the tuple ({', '.join(names)})")
@@ -75,7 +88,7 @@ def gelu_tanh_backward(g):
         dout = rng(seed).standard_normal(x.shape)
         (dx,) = _grads(lambda t: F.gelu(t, approximate="tanh"), (x,), dout)
         got = f(dout.astype(dtype), x.astype(dtype))
-        close(got, dx, what, atol=atol, mistakes=gelu_tanh_mistakes(dout, x),
+        close(got, dx, what, atol=atol, mistakes=lambda: gelu_tanh_mistakes(dout, x),
               dtype=None if dtype == np.float64 else dtype)
 
     @g.part("worked values: x = 0, ±0.5, ±1, ±3 vs autograd", 2)
@@ -175,7 +188,7 @@ def talking_heads_backward(g):
         bl, bw = 0.3 * r.standard_normal(h), 0.3 * r.standard_normal(h)
         args = (q, k, v, wl, bl, ww, bw)
         expected = _grads(talking_heads_torch, args, dout)
-        slips = [(talking_heads_slip(dout, *args, **switch), text) for switch, text in TH_SLIPS]
+        slips = _once(lambda: [(talking_heads_slip(dout, *args, **switch), text) for switch, text in TH_SLIPS])
         got = _tuple(f(*(a.astype(dtype) for a in (dout, *args))), 7, what, TH_NAMES)
         if scale > 1:
             for name, gv in zip(TH_NAMES, got):
@@ -185,7 +198,7 @@ def talking_heads_backward(g):
             if i >= 3:
                 _shape_hint(gv, ev, f"{what}: {name}")
             close(gv, ev, f"{what}: {name}", atol=atol * (10 if i >= 3 else 1), rtol=1e-9 if scale > 1 else 0.0,
-                  mistakes=[(wrong[i], text) for wrong, text in slips],
+                  mistakes=lambda i=i: [(wrong[i], text) for wrong, text in slips()],
                   dtype=None if dtype == np.float64 else dtype)
 
     @g.part("one image, 2 heads, 3 tokens vs autograd", 3)
@@ -252,8 +265,9 @@ def class_attention_backward(g):
         ws = [r.standard_normal((C, C)) / math.sqrt(C) for _ in range(3)]
         dout = r.standard_normal((B, 1, C))
         expected = _grads(lambda *t: class_attention_torch(*t, h), (x, *ws), dout)
-        no_query = _grads(lambda *t: class_attention_torch(*t, h, class_query=False), (x, *ws), dout)
-        diagonal = _grads(lambda *t: class_attention_torch(*t, h, softmax=_DiagonalSoftmax.apply), (x, *ws), dout)
+        no_query = _once(lambda: _grads(lambda *t: class_attention_torch(*t, h, class_query=False), (x, *ws), dout))
+        diagonal = _once(lambda: _grads(lambda *t: class_attention_torch(*t, h, softmax=_DiagonalSoftmax.apply),
+                                        (x, *ws), dout))
         got = _tuple(f(*(a.astype(dtype) for a in (dout, x, *ws)), h), 4, what,
                      ("dx", "dq_weight", "dk_weight", "dv_weight"))
         if scale > 1:
@@ -262,14 +276,15 @@ def class_attention_backward(g):
                     raise Fail(f"{what}: {name}: {OVERFLOW}")
         rtol = 1e-9 if scale > 1 else 0.0
         close(got[0], expected[0], f"{what}: dx", atol=atol, rtol=rtol, dtype=None if dtype == np.float64 else dtype,
-              mistakes=[(no_query[0], "the class token's query path is missing: x[:, 0] also makes "
-                                      "q, so dx[:, 0] gets dq @ q_weight as well"),
-                        (diagonal[0], DIAGONAL_ONLY)])
-        for name, gv, ev, dv in zip(("dq_weight", "dk_weight", "dv_weight"), got[1:], expected[1:], diagonal[1:]):
+              mistakes=lambda: [(no_query()[0], "the class token's query path is missing: x[:, 0] also makes "
+                                                "q, so dx[:, 0] gets dq @ q_weight as well"),
+                                (diagonal()[0], DIAGONAL_ONLY)])
+        for i, (name, gv, ev) in enumerate(zip(("dq_weight", "dk_weight", "dv_weight"), got[1:], expected[1:]), 1):
             _shape_hint(gv, ev, f"{what}: {name}")
             close(gv, ev, f"{what}: {name}", atol=atol * 10, rtol=rtol,
-                  mistakes=([(ev / B, "averaged over the batch: a weight's gradient is the sum "
-                                      "over the batch and the tokens")] if B > 1 else []) + [(dv, DIAGONAL_ONLY)])
+                  mistakes=lambda i=i, ev=ev: ([(ev / B, "averaged over the batch: a weight's gradient is the sum "
+                                                         "over the batch and the tokens")] if B > 1 else [])
+                  + [(diagonal()[i], DIAGONAL_ONLY)])
 
     @g.part("one image, 3 tokens, 1 head vs autograd", 3)
     def _():
@@ -320,14 +335,13 @@ def conv_attention_torch(q, k, v, *kernels, size, layout="hd", softmax_dim=-2):
     return factorized + ev
 
 
-def conv_attention_slips(dout, q, k, v, size, weights, biases):
-    """[(the five gradients with one slip, its name)]: each slip's gradients recomputed here
-    from the parts of the correct backward (NumPy, float64) or by autograd of a wrong forward."""
+def conv_attention_slips(dout, q, k, v, size, weights, biases, right):
+    """[(the gradients with one slip, its name)]: each slip's gradients recomputed here from the
+    parts of the correct ones, ``right`` (NumPy, float64), or by autograd of a wrong forward."""
     B, h, n, d = q.shape
     H, W = size
     s = d ** -0.5
     kern = (*weights, *biases)
-    right = _grads(lambda *t: conv_attention_torch(*t, size=size), (q, k, v, *kern), dout)
     dq, dk, dv = right[:3]
     kt = N(torch.softmax(T(k), dim=-2))
     kv = np.swapaxes(kt, -1, -2) @ v
@@ -367,7 +381,7 @@ def conv_attention_slips(dout, q, k, v, size, weights, biases):
         slips.append((_grads(lambda *t: conv_attention_torch(*t, size=size, layout="dh"), (q, k, v, *kern), dout),
                       "channels are head-major: v's image is (B, h·d, H, W) with channel h_i·d + c, as in "
                       "Exercise 7.3"))
-    return right, slips
+    return slips
 
 
 def crpe_kernels(window, d, seed):
@@ -386,7 +400,8 @@ def conv_attention_backward(g):
         h = sum(window.values())
         q, k, v, dout = (r.standard_normal((B, h, 1 + H * W, d)) for _ in range(4))
         weights, biases = crpe_kernels(window, d, seed + 1)
-        expected, slips = conv_attention_slips(dout, q, k, v, (H, W), weights, biases)
+        expected = _grads(lambda *t: conv_attention_torch(*t, size=(H, W)), (q, k, v, *weights, *biases), dout)
+        slips = _once(lambda: conv_attention_slips(dout, q, k, v, (H, W), weights, biases, expected))
         cast = lambda a: a.astype(dtype)  # noqa: E731
         got = _tuple(f(cast(dout), cast(q), cast(k), cast(v), (H, W), [cast(w) for w in weights],
                        [cast(b) for b in biases]), 5, what, names)
@@ -401,7 +416,7 @@ def conv_attention_backward(g):
             if i >= 3:
                 _shape_hint(gv, ev, f"{what}: {label}")
             close(gv, ev, f"{what}: {label}", atol=atol * (10 if i >= 3 else 1),
-                  mistakes=[(wrong[i], text) for wrong, text in slips],
+                  mistakes=lambda i=i: [(wrong[i], text) for wrong, text in slips()],
                   dtype=None if dtype == np.float64 else dtype)
 
     @g.part("one head, a 2x3 grid, a 3x3 window vs autograd", 3)

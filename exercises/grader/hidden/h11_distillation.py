@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from exercises.feedback import Fail, close, expect_error
 from exercises.grader.judge import exercise
 
-from .h10_backprop import _grads, _shape_hint, _tuple
+from .h10_backprop import _grads, _once, _shape_hint, _tuple
 from .references import NUMPY_ONLY, N, T, rng
 
 MOD = "ex11_distillation"
@@ -99,7 +99,7 @@ def hard_distillation_heads(g):
         loss = distillation_torch(*ts, labels, teacher, eps)
         loss.backward()
         expected = [N(t.grad) for t in ts]
-        slips = [(distillation_slip(*args, eps, **switch), text) for switch, text in DISTILLATION_SLIPS]
+        slips = _once(lambda: [(distillation_slip(*args, eps, **switch), text) for switch, text in DISTILLATION_SLIPS])
         got = _tuple(f(*(a.astype(dtype) for a in floats), labels, teacher_logits.astype(dtype),
                        label_smoothing=eps), 6, what, ("loss",) + HEAD_NAMES)
         try:
@@ -107,10 +107,11 @@ def hard_distillation_heads(g):
         except (TypeError, ValueError):
             raise Fail(f"{what}: the loss must be a number, got {type(got[0]).__name__}") from None
         close(value, loss.item(), f"{what}: loss", atol=atol * 10, rtol=1e-9 if dtype == np.float64 else 1e-5,
-              mistakes=[(wrong[0], text) for wrong, text in slips])
+              mistakes=lambda: [(wrong[0], text) for wrong, text in slips()])
         for i, (name, gv, ev) in enumerate(zip(HEAD_NAMES, got[1:], expected), start=1):
             _shape_hint(gv, ev, f"{what}: {name}")
-            close(gv, ev, f"{what}: {name}", atol=atol, mistakes=[(wrong[i], text) for wrong, text in slips],
+            close(gv, ev, f"{what}: {name}", atol=atol,
+                  mistakes=lambda i=i: [(wrong[i], text) for wrong, text in slips()],
                   dtype=None if dtype == np.float64 else dtype)
 
     @g.part("worked example: 3 images, 4 classes, the teacher disagrees on one", 2)
@@ -189,9 +190,9 @@ def drop_path_grads(dout, x, w, b, keep, p, training=True, **slip):
     return _grads(lambda x_, w_, b_: drop_path_torch(x_, w_, b_, keep, p, training, **slip), (x, w, b), dout)
 
 
-def backward_slips(dout, x, w, b, keep, p, training):
-    """[(dx, dweight, dbias) with one slip, its name]."""
-    dx, dw, db = drop_path_grads(dout, x, w, b, keep, p, training)
+def backward_slips(dout, x, w, b, keep, p, training, right):
+    """[(dx, dweight, dbias) with one slip, its name]; ``right``: the correct three."""
+    dx, dw, db = right
     C = x.shape[-1]
     flat = lambda a: a.reshape(-1, C)  # noqa: E731
     out = [((dx - dout, dw, db), "dx is missing the identity path: out = x + m·branch, so dx = dout + "
@@ -209,7 +210,7 @@ def backward_slips(dout, x, w, b, keep, p, training):
     else:
         out.append((tuple(drop_path_grads(dout, x, w, b, keep, p, training=True)),
                     "in evaluation (training=False) nothing is dropped: every sample's branch gets its gradient"))
-    return (dx, dw, db), out
+    return out
 
 
 @exercise("11.2", "drop_path_residual and its backward", MOD, 10, forbid=NUMPY_ONLY)
@@ -231,23 +232,26 @@ def drop_path_residual(g):
         slips = FORWARD_SLIPS if training else EVAL_SLIPS + [({"training": True}, "in evaluation "
                                                              "(training=False) nothing is dropped and nothing "
                                                              "scaled: out = x + branch")]
-        mistakes = [(N(drop_path_torch(T(x), T(w), T(b), keep, p, **{"training": training, **s})), text)
-                    for s, text in slips]
-        mistakes.append((N(drop_path_torch(T(x), T(w), T(b), ~keep, p, training)),
-                         "keep is True where the sample keeps its branch (you dropped the kept ones)"))
+        def mistakes():
+            return [(N(drop_path_torch(T(x), T(w), T(b), keep, p, **{"training": training, **s})), text)
+                    for s, text in slips] + \
+                [(N(drop_path_torch(T(x), T(w), T(b), ~keep, p, training)),
+                  "keep is True where the sample keeps its branch (you dropped the kept ones)")]
         got = fwd(x.astype(dtype), w.astype(dtype), b.astype(dtype), keep, p, training=training)
         close(got, expected, what, atol=atol, mistakes=mistakes, dtype=None if dtype == np.float64 else dtype)
 
     def check_backward(x, w, b, keep, p, training, what, seed, dtype=np.float64, atol=1e-12):
         dout = rng(seed).standard_normal(x.shape)
-        expected, slips = backward_slips(dout, x, w, b, keep, p, training)
+        expected = drop_path_grads(dout, x, w, b, keep, p, training)
+        slips = _once(lambda: backward_slips(dout, x, w, b, keep, p, training, expected))
         got = _tuple(bwd(dout.astype(dtype), x.astype(dtype), w.astype(dtype), keep, p, training=training), 3,
                      what, ("dx", "dweight", "dbias"))
         for i, (name, gv, ev) in enumerate(zip(("dx", "dweight", "dbias"), got, expected)):
             if i:
                 _shape_hint(gv, ev, f"{what}: {name}")
             close(gv, ev, f"{what}: {name}", atol=atol * (10 if i else 1),
-                  mistakes=[(wrong[i], text) for wrong, text in slips], dtype=None if dtype == np.float64 else dtype)
+                  mistakes=lambda i=i: [(wrong[i], text) for wrong, text in slips()],
+                  dtype=None if dtype == np.float64 else dtype)
 
     @g.part("forward: worked example, 4 images, image 1 dropped, p = 0.5", 1)
     def _():
