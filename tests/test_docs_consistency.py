@@ -348,7 +348,7 @@ PLANTED_ERRORS = {
     "check.py notebooks 01-08": (
         "exercises/check.py",
         "check: no exercise matches {...} (notebooks 01-08, or IDs like 2.2)",
-        "the exercises follow notebooks 01, 02, 03, 04, 05, 06, 07, 08, 10"),
+        "the exercises follow notebooks 01, 02, 03, 04, 05, 06, 07, 08, 10, 11"),
     "10 step for step in float32": (
         "notebooks/10_backprop_by_hand.ipynb",
         "In float32 the two trainers agree step for step for the first 137 steps.",

@@ -79,7 +79,7 @@ def select_exercises(registry, selectors) -> list[str]:
         else:
             match = [i for i in ids if i == sel]
         if not match:
-            raise SystemExit(f"grade: no exercise matches {sel!r} (notebooks 01-08 and 10, or IDs like 2.2)")
+            raise SystemExit(f"grade: no exercise matches {sel!r} (notebooks 01-08, 10 and 11, or IDs like 2.2)")
         chosen.extend(m for m in match if m not in chosen)
     return sorted(chosen, key=sort_key)
 
@@ -207,7 +207,7 @@ def main(argv=None, bytecode=None) -> int:
                     "are computed here. Bounds: --time-limit per exercise, --submission-time per submission.",
         epilog=_epilog())
     parser.add_argument("selectors", nargs="*", metavar="NN",
-                        help="notebooks (01 ... 08, 10) or exercise IDs (2.2); default: all")
+                        help="notebooks (01 ... 08, 10, 11) or exercise IDs (2.2); default: all")
     parser.add_argument("--submission", action="append", metavar="DIR",
                         help="a folder laid out like exercises/ (default: exercises/); repeat to grade several")
     parser.add_argument("--json", metavar="FILE",
