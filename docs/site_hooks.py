@@ -17,8 +17,8 @@
   package installs), so formulas render offline too. That copy holds only the STIX-Web fonts;
   docs/site_assets/mathjax_site.js, loaded after MathJax's combined configuration, makes every
   page draw with them.
-* docs/site_assets/extra.css: notebook pages and wide tables at phone width, and notebook pages
-  in the dark palette. The cells of a table whose rows hold prose are labelled with their
+* docs/site_assets/extra.css: the notebook pages' download link, and notebook pages and wide
+  tables at phone width. The cells of a table whose rows hold prose are labelled with their
   column's name (``data-label``), so that a phone shows such a table one row at a time instead
   of cutting it off at the screen's edge.
 """
