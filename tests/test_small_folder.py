@@ -19,6 +19,7 @@ from vit_scratch.run_folder import METRICS
 from vit_scratch.train import (RECIPES, TrainSettings, check_settings, recipe_settings,
                                settings_from_args, train)
 from vit_scratch.training import yardsticks
+from vit_scratch.training.settings import baselines
 from vit_scratch.weights import save_checkpoint
 
 
@@ -114,7 +115,7 @@ def test_the_linear_baseline_stops_at_its_iteration_cap(monkeypatch):
 @pytest.mark.parametrize("text, names", [("linear", ("linear",)), ("cnn", ("cnn",)),
                                          ("linear,cnn", ("linear", "cnn")), ("none", ())])
 def test_baseline_names(text, names):
-    assert yardsticks.baselines(text) == names
+    assert baselines(text) == names
 
 
 @pytest.mark.parametrize("text", ["svm", "linear,linear", "", "none,cnn", "linear;cnn"])

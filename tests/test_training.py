@@ -802,7 +802,7 @@ def test_each_epoch_line_gives_its_own_time_the_total_and_the_time_left(pictures
     the run's so far, and the epochs left times the median epoch so far."""
     from types import SimpleNamespace
 
-    from vit_scratch.training import loop
+    from vit_scratch.training import loop, progress
 
     ticks = iter([0, 2, 2, 6, 6, 12, 12, 20])  # each epoch's start and end
     monkeypatch.setattr(loop, "time", SimpleNamespace(perf_counter=lambda: float(next(ticks)),
@@ -815,12 +815,12 @@ def test_each_epoch_line_gives_its_own_time_the_total_and_the_time_left(pictures
                     "(6.0 s, 12 s in all, about 4.0 s left)",    # 1 × median(2, 4, 6)
                     "(8.0 s, 20 s in all)"]
     assert [h["train_seconds"] for h in result["history"]] == [2.0, 6.0, 12.0, 20.0]
-    assert [loop.duration(s) for s in (4.25, 42, 720, 9000)] == ["4.2 s", "42 s", "12 min",
+    assert [progress.duration(s) for s in (4.25, 42, 720, 9000)] == ["4.2 s", "42 s", "12 min",
                                                                  "2.5 h"]
 
 
 def test_a_small_validation_split_is_named_with_a_larger_one():
-    from vit_scratch.training.loop import small_validation
+    from vit_scratch.training.yardsticks import small_validation
 
     assert small_validation(100, 900, carved=True) is None
     text = small_validation(44, 389, carved=True)  # the class project's folder

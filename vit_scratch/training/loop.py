@@ -6,7 +6,7 @@
    follows the model: resized to its input size and normalised with its mean and std
    (``vit_scratch.data.make_datasets``).  ``--val-fraction`` of each class of the training split
    is held out for validation (stratified); one of fewer than 100 pictures is warned of
-   (:func:`small_validation`).  The runner of ``--backend`` (``training.runners``) holds the
+   (``training.yardsticks.small_validation``).  The runner of ``--backend`` (``training.runners``) holds the
    optimiser and its schedule and computes every step.
 2. **The epochs.**  The batches (``distributed.BatchShares``: every picture once, or with
    ``--balanced-sampling`` every class equally often), the augmentation of each batch
@@ -22,7 +22,6 @@ logs and writes.
 """
 from __future__ import annotations
 
-import math
 import sys
 import time
 import warnings
@@ -30,20 +29,19 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from .. import distributed, run_folder
 from ..checkpoint_checks import CheckpointError
-from ..data import (ModelTransform, SeededSamples, affine_draws, data_classes, dataset_labels,
-                    make_datasets, plain_pictures, random_affine, validation_split)
+from ..data import (ModelTransform, SeededSamples, data_classes, dataset_labels,
+                    make_datasets, plain_pictures, validation_split)
 from ..run_folder import CURVES, METRICS
 from ..weights import load_pretrained
-from .progress import RunProgress
+from .progress import RunProgress, epoch_times, plural
 from . import yardsticks
-from .recipe import count_params, epoch_seed
+from .recipe import count_params, train_epoch
 from .runners import RUNNERS
-from .settings import (SettingsError, TrainSettings, auto_threads, build_model,
+from .settings import (SettingsError, TrainSettings, auto_threads, baselines, build_model,
                        check_settings, needs_grad_scaler, precision_name, resolve_precision)
 
 
@@ -128,7 +126,7 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         f"{_precision_label(settings, device)}"
         f"{RUNNERS[settings.backend].label}, {plural(torch.get_num_threads(), 'thread')}")
     notes = []
-    small = small_validation(len(val_set), len(train_set), _validation_carved(settings, datasets))
+    small = yardsticks.small_validation(len(val_set), len(train_set), _validation_carved(settings, datasets))
     if small:
         notes.append(small)
         log(small)
@@ -233,7 +231,7 @@ def _yardsticks(settings, world, model, classes, splits, loaders, level, device,
     from .distillation import AUTO, load_teacher
 
     train_set, val_set, test_set = splits
-    names = yardsticks.baselines(settings.baseline)
+    names = baselines(settings.baseline)
     baseline = convnet = trained = None
     if "linear" in names and world.main:
         baseline = yardsticks.linear_baseline(plain_pictures(train_set), val_set, test_set)
@@ -250,55 +248,6 @@ def _yardsticks(settings, world, model, classes, splits, loaders, level, device,
             f"{convnet['test_accuracy']:.4f} ({convnet['cpu_seconds']:.1f} CPU s)")
     teacher = load_teacher(settings, model, device, log, classes, trained)
     return baseline, convnet, teacher
-
-
-def plural(n: int, word: str) -> str:
-    """``1 epoch``, ``2 epochs``."""
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-def duration(seconds: float) -> str:
-    """``4.2 s``, ``42 s``, ``12 min``, ``2.5 h``."""
-    if seconds < 10:
-        return f"{seconds:.1f} s"
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def epoch_times(walls: list[float], in_all: float, epochs_left: int) -> str:
-    """The end of an epoch's log line: its own wall time, the run's so far, and the time left
-    if each epoch still to come takes the median of this session's epochs (the median: a first
-    epoch that starts the loader's workers says little about the others)."""
-    left = f", about {duration(epochs_left * float(np.median(walls)))} left" if epochs_left \
-        else ""
-    return f"{walls[-1]:.1f} s, {duration(in_all)} in all{left}"
-
-
-#: A validation split smaller than this makes the best epoch a noisy pick: a warning says so.
-SMALL_VALIDATION = 100
-
-
-def small_validation(val_images: int, train_images: int, carved: bool) -> str | None:
-    """The warning for a validation split of fewer than :data:`SMALL_VALIDATION` pictures: one
-    picture moves its accuracy by ``100 / val_images`` points, so the epoch it selects is partly
-    chosen by chance and its accuracy overstates the test's.  It names the ``--val-fraction``
-    that would hold out about that many (``carved``: the split is held out of the training
-    pictures), or ``--select last``."""
-    if val_images >= SMALL_VALIDATION:
-        return None
-    text = (f"warning: the validation split has {val_images} pictures: one picture moves its "
-            f"accuracy by {100 / val_images:.1f} points, so the best epoch is partly picked by "
-            f"chance and its validation accuracy overstates the test's")
-    pool = val_images + train_images
-    share = math.ceil(SMALL_VALIDATION / pool / 0.05 - 1e-9) * 0.05
-    if carved and share <= 0.5:
-        return (f"{text}; --val-fraction {share:.2f} holds out about {round(share * pool)} of "
-                f"the {pool} training pictures, or --select last tests the last epoch instead")
-    return (f"{text}; more validation pictures would help, or --select last tests the last "
-            f"epoch instead")
 
 
 def _validation_carved(settings: TrainSettings, datasets) -> bool:
@@ -336,40 +285,6 @@ class WorkerClocks:
     def seconds(self) -> float:
         """The workers' CPU seconds so far, added up."""
         return float(sum(self.clocks))
-
-
-def train_epoch(runner, batches, settings: TrainSettings, epoch: int, world, device,
-                images_in_all: int) -> dict:
-    """One pass over this process's share of the training data (``batches``: a loader over
-    ``SeededSamples`` with ``distributed.BatchShares``): the augmentation and a step of the
-    runner per batch; returns the epoch's record (loss, plain cross-entropy and accuracy, added
-    up over all processes, each image counted once, and the last learning rate).
-
-    Every picture's augmentation is seeded by ``(seed, epoch, index)``
-    (``data.affine_draws``, ``data.SeededSamples``), so any number of processes augments it the
-    same way; dropout and stochastic depth draw from PyTorch's global generator, seeded by
-    ``(seed, epoch, rank)`` (``recipe.epoch_seed``)."""
-    torch.manual_seed(epoch_seed(settings.seed, epoch, world.rank))
-    runner.seed(epoch_seed(settings.seed, epoch, world.rank))  # the NumPy room's own streams
-    runner.train()
-    sums = np.zeros(4)  # loss, cross-entropy (both summed over images), correct, images
-    for step_index, (images, labels, indices, counted) in enumerate(batches):
-        images = images.to(device, non_blocking=True)
-        labels = labels.to(device, non_blocking=True)
-        images = random_affine(images, settings.rotate, settings.translate, settings.scale,
-                               draws=affine_draws(settings.seed, epoch, indices))
-        batch_images = min(settings.batch_size,
-                           images_in_all - step_index * settings.batch_size)
-        lr = runner.lr
-        step = runner.step(images, labels, counted.to(device),
-                           batch_images / world.size if world.size > 1 else None)
-        n = int(counted.sum())
-        sums += (step.loss * n, step.cross_entropy * n, step.correct, n)
-        if hasattr(batches, "set_postfix"):  # the progress bar
-            batches.set_postfix(loss=f"{step.loss:.3f}", lr=f"{lr:.2e}", refresh=False)
-    loss, cross_entropy, correct, count = distributed.sum_over_processes(sums.tolist(), device)
-    return {"epoch": epoch + 1, "lr": lr, "train_loss": loss / count,
-            "train_cross_entropy": cross_entropy / count, "train_accuracy": correct / count}
 
 
 # --- the set-up -------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .. import distributed, run_folder
@@ -113,3 +114,28 @@ def _best_weights(out: Path, settings: TrainSettings, num_classes: int) -> dict 
     model = build_model(settings, num_classes)
     load_checkpoint(model, out / BEST)
     return model.state_dict()
+
+
+def plural(n: int, word: str) -> str:
+    """``1 epoch``, ``2 epochs``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def duration(seconds: float) -> str:
+    """``4.2 s``, ``42 s``, ``12 min``, ``2.5 h``."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def epoch_times(walls: list[float], in_all: float, epochs_left: int) -> str:
+    """The end of an epoch's log line: its own wall time, the run's so far, and the time left
+    if each epoch still to come takes the median of this session's epochs (the median: a first
+    epoch that starts the loader's workers says little about the others)."""
+    left = f", about {duration(epochs_left * float(np.median(walls)))} left" if epochs_left \
+        else ""
+    return f"{walls[-1]:.1f} s, {duration(in_all)} in all{left}"

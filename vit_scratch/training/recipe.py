@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import distributed
+from ..data import affine_draws, random_affine
 
 
 def count_params(model) -> int:
@@ -207,3 +208,37 @@ def epoch_seed(seed: int, epoch: int, rank: int) -> int:
     ``(seed, epoch, rank)`` by NumPy's ``SeedSequence``: a resumed run needs no saved random
     state.  (The augmentation is seeded per picture: ``vit_scratch.data.SeededSamples``.)"""
     return int(np.random.SeedSequence([seed, epoch, rank]).generate_state(1)[0])
+
+
+def train_epoch(runner, batches, settings, epoch: int, world, device,
+                images_in_all: int) -> dict:
+    """One pass over this process's share of the training data (``batches``: a loader over
+    ``SeededSamples`` with ``distributed.BatchShares``): the augmentation and a step of the
+    runner per batch; returns the epoch's record (loss, plain cross-entropy and accuracy, added
+    up over all processes, each image counted once, and the last learning rate).
+
+    Every picture's augmentation is seeded by ``(seed, epoch, index)``
+    (``data.affine_draws``, ``data.SeededSamples``), so any number of processes augments it the
+    same way; dropout and stochastic depth draw from PyTorch's global generator, seeded by
+    ``(seed, epoch, rank)`` (``recipe.epoch_seed``)."""
+    torch.manual_seed(epoch_seed(settings.seed, epoch, world.rank))
+    runner.seed(epoch_seed(settings.seed, epoch, world.rank))  # the NumPy room's own streams
+    runner.train()
+    sums = np.zeros(4)  # loss, cross-entropy (both summed over images), correct, images
+    for step_index, (images, labels, indices, counted) in enumerate(batches):
+        images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
+        images = random_affine(images, settings.rotate, settings.translate, settings.scale,
+                               draws=affine_draws(settings.seed, epoch, indices))
+        batch_images = min(settings.batch_size,
+                           images_in_all - step_index * settings.batch_size)
+        lr = runner.lr
+        step = runner.step(images, labels, counted.to(device),
+                           batch_images / world.size if world.size > 1 else None)
+        n = int(counted.sum())
+        sums += (step.loss * n, step.cross_entropy * n, step.correct, n)
+        if hasattr(batches, "set_postfix"):  # the progress bar
+            batches.set_postfix(loss=f"{step.loss:.3f}", lr=f"{lr:.2e}", refresh=False)
+    loss, cross_entropy, correct, count = distributed.sum_over_processes(sums.tolist(), device)
+    return {"epoch": epoch + 1, "lr": lr, "train_loss": loss / count,
+            "train_cross_entropy": cross_entropy / count, "train_accuracy": correct / count}

@@ -30,7 +30,6 @@ from .. import distributed
 from ..data import check_data
 from ..models import create_model, get_config
 from .distillation import check_teacher
-from .yardsticks import baselines
 
 
 class SettingsError(ValueError):
@@ -190,6 +189,24 @@ class TrainSettings:
 #: Named starting points for the settings (``--recipe NAME``): what each changes from the
 #: defaults, which are the digits recipe.  Options given on the command line (or keywords given
 #: to :func:`recipe_settings`) override them.  Measured by benchmarks/bench_small_folder.py.
+BASELINES = ("linear", "cnn")
+
+
+def baselines(text: str) -> tuple[str, ...]:
+    """``--baseline``'s yardsticks: ``"linear,cnn"`` -> ``("linear", "cnn")``, ``"none"`` ->
+    ``()``; anything else is a ``ValueError`` naming the option and the value."""
+    if not isinstance(text, str):
+        raise ValueError(f"--baseline must be 'linear', 'cnn', 'linear,cnn' or 'none', got "
+                         f"{text!r}")
+    names = tuple(n.strip() for n in text.split(","))
+    if names == ("none",):
+        return ()
+    if not names or any(n not in BASELINES for n in names) or len(set(names)) < len(names):
+        raise ValueError(f"--baseline must be 'linear', 'cnn', 'linear,cnn' or 'none', got "
+                         f"{text!r}")
+    return names
+
+
 RECIPES = {
     "digits": {},
     # A folder of a few hundred pictures: a small CoaT-Lite (its convolutions give the inductive

@@ -6,8 +6,8 @@ stays at chance.
     linear_baseline     scikit-learn's logistic regression on the pixels, in seconds
     convnet_baseline    the course's small convnet (``training.convnet``), trained as the model
                         is: the same split, augmentation, epochs, batches and schedule
-    baselines           ``--baseline``'s names: ``linear``, ``cnn``, ``linear,cnn`` or ``none``
     not_learning        the warning when training accuracy stays near chance, naming what to try
+    small_validation    the warning for a validation split too small to pick an epoch by
 
 A transformer trained from scratch on a few hundred pictures can learn less than a straight line
 through their pixels; the linear baseline says whether it did.  A small convnet says what a
@@ -20,6 +20,7 @@ Infrastructure: scikit-learn (``StandardScaler``, ``LogisticRegression``), not t
 """
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -35,7 +36,6 @@ BASELINE_MAX_SIDE = 32
 #: boundary that already separates them).
 BASELINE_MAX_ITER = 100
 #: ``--baseline``: the yardsticks it can name.
-BASELINES = ("linear", "cnn")
 #: The convnet yardstick's AdamW: its own learning rate and weight decay (what suits a small
 #: convnet with BatchNorm); everything else is the run's.
 CONVNET_LR = 2e-3
@@ -71,21 +71,6 @@ def _pixels(dataset, indices=None) -> tuple[np.ndarray, np.ndarray]:
         feats.append(images.flatten(1).numpy())
         labels.append(np.asarray(y))
     return np.concatenate(feats), np.concatenate(labels)
-
-
-def baselines(text: str) -> tuple[str, ...]:
-    """``--baseline``'s yardsticks: ``"linear,cnn"`` -> ``("linear", "cnn")``, ``"none"`` ->
-    ``()``; anything else is a ``ValueError`` naming the option and the value."""
-    if not isinstance(text, str):
-        raise ValueError(f"--baseline must be 'linear', 'cnn', 'linear,cnn' or 'none', got "
-                         f"{text!r}")
-    names = tuple(n.strip() for n in text.split(","))
-    if names == ("none",):
-        return ()
-    if not names or any(n not in BASELINES for n in names) or len(set(names)) < len(names):
-        raise ValueError(f"--baseline must be 'linear', 'cnn', 'linear,cnn' or 'none', got "
-                         f"{text!r}")
-    return names
 
 
 def linear_baseline(train_set, val_set, test_set) -> dict:
@@ -149,8 +134,7 @@ def convnet_baseline(train_set, val_loader, test_loader, settings, num_classes: 
     from .. import distributed
     from ..data import SeededSamples
     from .convnet import SmallConvNet
-    from .loop import train_epoch
-    from .recipe import count_params
+    from .recipe import count_params, train_epoch
     from .runners import TorchRunner
 
     start, cpu_start = time.perf_counter(), time.process_time()
@@ -208,3 +192,27 @@ def not_learning(history: list[dict], chance_level: float, baseline: dict | None
     return (f"warning: after {len(history)} epochs the training accuracy is {best:.2f}, near "
             f"chance ({chance_level:.2f}): the model is not learning{line}. Try "
             f"{', '.join(tries[:-1])} or {tries[-1]}")
+
+
+#: A validation split smaller than this makes the best epoch a noisy pick: a warning says so.
+SMALL_VALIDATION = 100
+
+
+def small_validation(val_images: int, train_images: int, carved: bool) -> str | None:
+    """The warning for a validation split of fewer than :data:`SMALL_VALIDATION` pictures: one
+    picture moves its accuracy by ``100 / val_images`` points, so the epoch it selects is partly
+    chosen by chance and its accuracy overstates the test's.  It names the ``--val-fraction``
+    that would hold out about that many (``carved``: the split is held out of the training
+    pictures), or ``--select last``."""
+    if val_images >= SMALL_VALIDATION:
+        return None
+    text = (f"warning: the validation split has {val_images} pictures: one picture moves its "
+            f"accuracy by {100 / val_images:.1f} points, so the best epoch is partly picked by "
+            f"chance and its validation accuracy overstates the test's")
+    pool = val_images + train_images
+    share = math.ceil(SMALL_VALIDATION / pool / 0.05 - 1e-9) * 0.05
+    if carved and share <= 0.5:
+        return (f"{text}; --val-fraction {share:.2f} holds out about {round(share * pool)} of "
+                f"the {pool} training pictures, or --select last tests the last epoch instead")
+    return (f"{text}; more validation pictures would help, or --select last tests the last "
+            f"epoch instead")
