@@ -85,7 +85,7 @@ def maps(kind: str, model, x) -> dict:
     model.eval()
     if kind == "cait":
         grids = plotting.attention_grids(model, x)  # per class-attention layer (B, heads, gh, gw)
-        out = {f"class attention, layer {i + 1}": g.mean(1) for i, g in enumerate(grids)}
+        out = {f"class attention, layer {i}": g.mean(1) for i, g in enumerate(grids)}  # from 0
         return out
     rollout = plotting.attention_rollout_grid(model, x)  # (B, gh, gw)
     last = plotting.attention_grids(model, x)[-1].mean(1)  # the class token's row, last block

@@ -276,14 +276,23 @@ def tune(seed: int, variants, lrs, log=print, steps=None, sizes=SIZES) -> tuple[
     return chosen, runs
 
 
-def run_positions_part(seeds, variants, lrs, log=print, steps=None, sizes=SIZES) -> dict:
-    """The positions experiment: the grid on seed ``seeds[0]``, then every seed and task."""
-    chosen, grid = tune(seeds[0], variants, lrs, log, steps, sizes)
-    runs = [r for r in grid if r["lr"] == chosen[r["variant"]]]
+def run_positions_part(seeds, variants, lrs, log=print, steps=None, sizes=SIZES, chosen=None,
+                       tasks=tuple(TASKS)) -> dict:
+    """The positions experiment: the grid on seed ``seeds[0]``, then every seed and task.  With
+    ``chosen`` ({variant: lr}, picked from the grid in an earlier run of this code) the grid is
+    not run again: every seed trains at the chosen rates."""
+    if chosen:
+        grid, runs = [], []
+        first = seeds
+    else:
+        chosen, grid = tune(seeds[0], variants, lrs, log, steps, sizes)
+        runs = [r for r in grid if r["lr"] == chosen[r["variant"]]]
+        first = seeds[1:]
     runs += [run_positions("left", v, s, chosen[v], log, steps, sizes)
-             for s in seeds[1:] for v in variants]
-    runs += [run_positions("brighter", v, s, chosen[v], log, steps, sizes)
-             for s in seeds for v in CONTROL_VARIANTS if v in variants]
+             for s in first for v in variants]
+    if "brighter" in tasks:
+        runs += [run_positions("brighter", v, s, chosen[v], log, steps, sizes)
+                 for s in seeds for v in CONTROL_VARIANTS if v in variants]
     out = {"chosen_lr": chosen,
            "lr_grid": [{k: r[k] for k in ("variant", "lr", "val_accuracy", "test_accuracy",
                                           "selected_epoch")} for r in grid],
@@ -357,6 +366,12 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--lrs", type=float, nargs="+", default=list(LR_GRID),
                         help="the learning-rate grid (tried on the first seed)")
+    parser.add_argument("--chosen", nargs="+", metavar="VARIANT=LR",
+                        help="skip the grid: each variant's rate, chosen from the grid in an "
+                             "earlier run of this code (say where in --lr-note)")
+    parser.add_argument("--lr-note", help="where the --chosen rates come from (recorded)")
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS),
+                        help="left: the experiment; brighter: its negative control")
     parser.add_argument("--canary", action="store_true",
                         help="run the canary slice only and print its numbers")
     parser.add_argument("--merge", nargs="+", metavar="FILE",
@@ -378,8 +393,13 @@ def main(argv=None):
         "control_variants": list(CONTROL_VARIANTS),
         "parallel": {**PARALLEL, "modes": list(PARALLEL["modes"]), "recipe": RECIPE,
                      "augment": AUGMENT}})
+    chosen = (experiment.chosen_rates(args.chosen, args.variants, "--chosen") if args.chosen
+              else None)
     if args.part in ("positions", "both"):
-        data["positions"] = run_positions_part(args.seeds, args.variants, args.lrs)
+        data["positions"] = run_positions_part(args.seeds, args.variants, args.lrs,
+                                               chosen=chosen, tasks=args.tasks)
+        if chosen:
+            data["positions"]["lr_choice"] = args.lr_note
         data["positions_cpu_seconds"] = clock.seconds()
     if args.part in ("parallel", "both"):
         start = clock.seconds()

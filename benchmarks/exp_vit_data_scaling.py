@@ -309,9 +309,15 @@ def longer_check(task: str, chosen: dict, runs: list[dict], n: int, log=print) -
     return out
 
 
-def run_task(task: str, sizes, seeds, models, lrs, log=print, check_longer=True) -> dict:
+def run_task(task: str, sizes, seeds, models, lrs, log=print, check_longer=True,
+             chosen=None) -> dict:
+    """One task over sizes and seeds.  With ``chosen`` ({network: lr}, picked from the grid in an
+    earlier run of this code) the grid is not run again."""
     clock = experiment.CpuClock()
-    chosen, grid = tune(task, lrs, log) if set(NETWORKS) & set(models) else ({}, [])
+    if chosen:
+        grid = []
+    else:
+        chosen, grid = tune(task, lrs, log) if set(NETWORKS) & set(models) else ({}, [])
     runs = []
     for seed in seeds:
         for n in sizes:
@@ -384,6 +390,10 @@ def main(argv=None):
                         help="the learning-rate grid (tried at TUNE_SIZE, seed 0)")
     parser.add_argument("--no-longer", action="store_true",
                         help="skip the under-training check (twice the steps at the largest size)")
+    parser.add_argument("--chosen", nargs="+", metavar="NETWORK=LR",
+                        help="skip the grid: each network's rate, chosen from the grid in an "
+                             "earlier run of this code (say where in --lr-note)")
+    parser.add_argument("--lr-note", help="where the --chosen rates come from (recorded)")
     parser.add_argument("--canary", action="store_true",
                         help="run the canary slice only and print its numbers")
     parser.add_argument("--merge", nargs="+", metavar="FILE",
@@ -402,8 +412,16 @@ def main(argv=None):
         "steps": STEPS, "n_val": N_VAL, "n_test": N_TEST, "batch_size": BATCH, "recipe": RECIPE,
         "augmentation": None, "lr_grid": args.lrs, "tune_size": TUNE_SIZE, "val_seed": VAL_SEED,
         "vit": {"name": "vit_digits", "by_canvas": VIT}, "svm": SVM, "primary": PRIMARY})
+    chosen = None
+    if args.chosen:
+        chosen = experiment.chosen_rates(args.chosen, [m for m in NETWORKS if m in args.models],
+                                         "--chosen")
     data["tasks"] = {task: run_task(task, args.sizes, args.seeds, args.models, args.lrs,
-                                    check_longer=not args.no_longer) for task in args.tasks}
+                                    check_longer=not args.no_longer, chosen=chosen)
+                     for task in args.tasks}
+    if chosen:
+        for part in data["tasks"].values():
+            part["lr_choice"] = args.lr_note
     for task, part in data["tasks"].items():
         for model, curve in part["curves"].items():
             print(task, model, "  ".join(f"{n}: {100 * s['mean']:.1f}±{100 * s['std']:.1f}"

@@ -229,3 +229,18 @@ def fit(model, train, val, test=None, *, epochs: int = 10, steps: int | None = N
     if test is not None:
         result["test_accuracy"], result["test_loss"] = accuracy_and_loss(model, *test)
     return result
+
+
+def chosen_rates(pairs, names, parameter: str) -> dict:
+    """``["both=1.5e-3", ...]`` -> ``{"both": 0.0015, ...}``, one for each of ``names``."""
+    out = {}
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            raise SystemExit(f"{parameter} takes NAME=LR, got {pair!r}") from None
+    if set(out) != set(names):
+        raise SystemExit(f"{parameter} must give a rate for each of {sorted(names)}, got "
+                         f"{sorted(out)}")
+    return out
