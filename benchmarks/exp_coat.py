@@ -377,6 +377,8 @@ def main(argv=None):
     parser.add_argument("--merge", nargs="+", metavar="FILE",
                         help="instead of training: put the parts of these results files (run in "
                              "parallel processes) into one")
+    parser.add_argument("--notes", help="recorded in the file: what this run of the design "
+                                        "leaves out, and why")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     if args.merge:
@@ -393,6 +395,8 @@ def main(argv=None):
         "control_variants": list(CONTROL_VARIANTS),
         "parallel": {**PARALLEL, "modes": list(PARALLEL["modes"]), "recipe": RECIPE,
                      "augment": AUGMENT}})
+    if args.notes:
+        data["notes"] = args.notes
     chosen = (experiment.chosen_rates(args.chosen, args.variants, "--chosen") if args.chosen
               else None)
     if args.part in ("positions", "both"):

@@ -399,6 +399,8 @@ def main(argv=None):
     parser.add_argument("--merge", nargs="+", metavar="FILE",
                         help="instead of training: put the tasks of these results files (run in "
                              "parallel processes) into one")
+    parser.add_argument("--notes", help="recorded in the file: what this run of the design "
+                                        "leaves out, and why")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     if args.merge:
@@ -412,6 +414,8 @@ def main(argv=None):
         "steps": STEPS, "n_val": N_VAL, "n_test": N_TEST, "batch_size": BATCH, "recipe": RECIPE,
         "augmentation": None, "lr_grid": args.lrs, "tune_size": TUNE_SIZE, "val_seed": VAL_SEED,
         "vit": {"name": "vit_digits", "by_canvas": VIT}, "svm": SVM, "primary": PRIMARY})
+    if args.notes:
+        data["notes"] = args.notes
     chosen = None
     if args.chosen:
         chosen = experiment.chosen_rates(args.chosen, [m for m in NETWORKS if m in args.models],
