@@ -313,17 +313,21 @@ def coat_table(data: dict, part: str = "positions") -> str:
                          f"{100 * v['detectable_effect']:.1f} | {holm or '--'} |")
         return "\n".join(lines)
     left = positions["summary"]["left"]
-    control = positions["summary"].get("brighter", {})
+    control = positions["summary"].get("brighter")
     lines = ["| position encodings | learning rate | left digit: test accuracy | side by side "
-             "| stacked | brighter digit (control) | selected epoch | parameters trained |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| stacked |" + (" brighter digit (control) |" if control else "")
+             + " selected epoch | parameters trained |",
+             "|---|---|---|---|---|" + ("---|" if control else "") + "---|---|"]
     for name, entry in left.items():
-        ctrl = f"{_pm(control[name]['test_accuracy'])} %" if name in control else "--"
+        ctrl = ""
+        if control:
+            ctrl = (f" {_pm(control[name]['test_accuracy'])} % |" if name in control
+                    else " -- |")
         lines.append(f"| {COAT_NAMES.get(name, name)} | {entry['lr']:g} "
                      f"| {_pm(entry['test_accuracy'])} % "
                      f"| {_pm(entry['test_accuracy_side_by_side'])} % "
-                     f"| {_pm(entry['test_accuracy_stacked'])} % | {ctrl} "
-                     f"| {entry['selected_epoch']['mean']:.1f} of "
+                     f"| {_pm(entry['test_accuracy_stacked'])} % |{ctrl} "
+                     f"{entry['selected_epoch']['mean']:.1f} of "
                      f"{positions['runs'][0]['epochs']} | {entry['trained_params']:,} |")
     return "\n".join(lines)
 
