@@ -530,3 +530,20 @@ def test_notebook_08_does_not_call_an_average_pool_sharp():
     prose = " ".join(cell_text(notebook_cells("08"), "markdown").split())
     for sentence in re.split(r"(?<=[.:;])\s", prose):
         assert not ("average pool" in sentence and "sharp" in sentence), sentence
+
+
+def test_cait_class_attention_layers_count_from_zero():
+    """CaiT's two class-attention layers are layer 0 and layer 1, as notebook 05 counts them, in
+    the localisation experiment's views (its results file) and on the results page."""
+    import ast
+
+    data = json.loads((ROOT / "benchmarks" / "results" / "attention_localisation.json")
+                      .read_text(encoding="utf-8"))
+    assert list(data["summary"]["cait"]["views"]) == ["class attention, layer 0",
+                                                      "class attention, layer 1"]
+    script = (ROOT / "benchmarks" / "exp_attention_localisation.py").read_text(encoding="utf-8")
+    names = [node for node in ast.walk(ast.parse(script)) if isinstance(node, ast.JoinedStr)
+             and "class attention, layer" in ast.unparse(node)]
+    assert names and all("i + 1" not in ast.unparse(node) for node in names)
+    page = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    assert "class attention, layer 0" in page and "class attention, layer 2" not in page
