@@ -354,7 +354,7 @@ def canary(log=lambda *a, **k: None) -> dict:
     return experiment.print_canary(numbers)
 
 
-def merge(paths, out=None) -> dict:
+def merge(paths, out=None, notes=None) -> dict:
     """One results file from several runs of this script on different tasks (run in parallel
     processes): their tasks side by side, each task's summary computed again from its runs, the
     CPU seconds added, ``written_by`` listing every part's command; the parts' canaries must
@@ -374,6 +374,8 @@ def merge(paths, out=None) -> dict:
     if any(part["canary"] != parts[0]["canary"] for part in parts):
         raise ValueError("the parts' canaries differ: they ran different code")
     data["cpu_seconds"] = sum(part["cpu_seconds"] for part in parts)
+    if notes:
+        data["notes"] = notes
     if out:
         experiment.write(out, data)
     return data
@@ -404,7 +406,7 @@ def main(argv=None):
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     if args.merge:
-        return merge(args.merge, args.json)
+        return merge(args.merge, args.json, args.notes)
     experiment.one_thread()
     if args.canary:
         return canary()
