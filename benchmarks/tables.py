@@ -17,7 +17,7 @@ Each results file says what it holds in its ``"benchmark"`` field:
 * ``"install"``: ``bench_install.py --json``, what the extras add in fresh environments.
 * ``"vit_data_scaling"``, ``"cait"``, ``"coat"``, ``"attention_localisation"``: the experiment
   scripts ``exp_*.py`` (the papers' claims in miniature, mean ± std over seeds); ``--part``
-  picks one table of a file that has two.
+  picks one table of a file that has several.
 * ``"small_folder"``: ``bench_small_folder.py --json``, the trainer's recipes on a small folder of
   pictures over three seeds, beside the linear baseline and an SVM.
 * ``"workers"``: ``bench_workers.py --json``, seconds per epoch with fork and spawn workers.
@@ -218,28 +218,87 @@ def scaling_table(data: dict) -> str:
 
 FORM_NAMES = {"prenorm": "pre-norm", "rezero": "ReZero (α, no norm)",
               "prenorm_scalar": "α with norm", "layerscale": "LayerScale"}
+INIT_NAMES = {"timm": "timm", "xavier": "Xavier", "small_tokens": "tiny tokens"}
+PLACEMENT_NAMES = {"late": "class attention at the end (CaiT)",
+                   "from_start": "class token from the start (ViT)",
+                   "from_start_timm_talking_heads": "from the start, timm's talking heads "
+                                                    "(positive control)"}
+
+
+def _signed1(value: float) -> str:
+    text = f"{value:+.1f}"
+    return "0.0" if text in ("+0.0", "-0.0") else text.replace("-", "\u2212")
+
+
+def _points(interval: dict) -> str:
+    """An interval of fractions in points: ``+1.2 (−0.5 to +2.9)``."""
+    return (f"{_signed1(100 * interval['mean'])} ({_signed1(100 * interval['low'])} to "
+            f"{_signed1(100 * interval['high'])})")
+
+
+def _p(value: float) -> str:
+    return "< 0.001" if value < 0.001 else f"{value:.3f}"
 
 
 def cait_table(data: dict, part: str = "depth") -> str:
-    """exp_cait.py: best validation accuracy (%) by depth and residual form, or the class token
-    from the start against class attention at the end."""
+    """exp_cait.py: test accuracy (%) of the selected epoch by depth and residual form, each
+    form from its own initialisation at its chosen learning rate (``depth``); the class token
+    late, from the start, and the positive control (``class_token``); the declared contrasts
+    with their 95% intervals, paired by seed (``contrasts``)."""
     if part == "depth":
-        summary = data["depth"]["summary"]
+        d = data["depth"]
+        summary, lrs = d["summary"], d["lr"]
         forms = list(summary)
-        depths = sorted({int(d) for f in forms for d in summary[f]})
-        lines = ["| depth | " + " | ".join(FORM_NAMES.get(f, f) for f in forms) + " |",
+        depths = sorted({int(n) for f in forms for n in summary[f]})
+        init = data["settings"]["depth"]["init"]
+        lines = ["| depth | " + " | ".join(f"{FORM_NAMES.get(f, f)}, {INIT_NAMES[init[f]]} init, "
+                                           f"lr {lrs[f]:g}" for f in forms) + " |",
                  "|---|" + "---|" * len(forms)]
-        for d in depths:
-            lines.append(f"| {d} | " + " | ".join(f"{_pm(summary[f][str(d)]['val_accuracy'])} %"
-                                                  for f in forms) + " |")
+        for n in depths:
+            lines.append(f"| {n} | " + " | ".join(
+                f"{_pm(summary[f][str(n)]['test_accuracy'])} %" for f in forms) + " |")
         return "\n".join(lines)
-    summary = data["class_token"]["summary"]
-    names = {"late": "class attention at the end (CaiT)", "from_start": "class token from the start"}
-    lines = ["| the class token | test accuracy | validation accuracy | parameters |",
-             "|---|---|---|---|"]
-    for key, entry in summary.items():
-        lines.append(f"| {names.get(key, key)} | {_pm(entry['test_accuracy'])} % "
-                     f"| {_pm(entry['val_accuracy'])} % | {entry['params']:,} |")
+    if part == "class_token":
+        summary = data["class_token"]["summary"]
+        lines = ["| the class token | talking heads start at | learning rate | test accuracy "
+                 "| validation accuracy | parameters |", "|---|---|---|---|---|---|"]
+        for key, entry in summary.items():
+            lines.append(f"| {PLACEMENT_NAMES.get(key, key)} | {entry['talking_heads']} "
+                         f"| {entry['lr']:g} | {_pm(entry['test_accuracy'])} % "
+                         f"| {_pm(entry['val_accuracy'])} % | {entry['params']:,} |")
+        return "\n".join(lines)
+    if part != "contrasts":
+        raise ValueError(f"part must be depth, class_token or contrasts, got {part!r}")
+    lines = ["| contrast (test accuracy, paired by seed) | seeds | difference, points (95% CI) "
+             "| p | smallest detectable, points |", "|---|---|---|---|---|"]
+
+    def row(name, c, note=""):
+        iv = c["interval"]
+        lines.append(f"| {name} | {iv['n']} | {_points(iv)} | {_p(iv['p_value'])}{note} "
+                     f"| {100 * c['detectable']:.1f} |")
+
+    if "depth" in data:
+        d, s = data["depth"], data["settings"]["depth"]
+        p, c = s["primary"], s["control"]
+        row(f"**primary**: LayerScale − pre-norm, depth {p['depth']}", d["primary"])
+        if d.get("positive_control"):
+            row(f"positive control: LayerScale − pre-norm, tiny tokens, depth {c['depth']}",
+                d["positive_control"])
+        for name, entry in d["secondary_holm"].items():
+            form, depth = name.split(" − ")[1].split(" @ ")
+            row(f"LayerScale − {FORM_NAMES.get(form, form)}, depth {depth}", entry,
+                " (Holm: " + ("yes" if entry["holm_rejected"] else "no") + ")")
+        for depth, entry in d["rezero_above_chance"].items():
+            iv = entry["interval"]
+            lines.append(f"| ReZero − chance (10%), depth {depth} | {iv['n']} | {_points(iv)} "
+                         f"| {_p(iv['p_value'])} (Holm: "
+                         f"{'yes' if entry['holm_rejected'] else 'no'}) | -- |")
+    if "class_token" in data:
+        c = data["class_token"]
+        row("**primary**: class token late − from the start, talking heads at the identity",
+            c["primary"])
+        row("positive control: from the start, talking heads at the identity − at timm's",
+            c["positive_control"])
     return "\n".join(lines)
 
 
@@ -309,8 +368,9 @@ def table(path, part: str | None = None) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("results", help="a file under benchmarks/results/")
-    parser.add_argument("--part", help="the table of a file that has two: depth or class_token "
-                                       "(cait.json), positions or parallel (coat.json)")
+    parser.add_argument("--part", help="the table of a file that has several: depth, class_token "
+                                       "or contrasts (cait.json), positions or parallel "
+                                       "(coat.json)")
     args = parser.parse_args(argv)
     print(table(args.results, args.part))
 
