@@ -505,6 +505,9 @@ def main(argv=None):
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--canary", action="store_true",
                         help="run only the canary slice and print its numbers")
+    parser.add_argument("--merge", nargs="+", metavar="FILE",
+                        help="write --json from the parts of these files (each written by "
+                             "--part, e.g. by two processes at once) instead of running them")
     args = parser.parse_args(argv)
     experiment.one_thread()
     if args.canary:
@@ -519,7 +522,15 @@ def main(argv=None):
     depth_seeds, token_seeds = args.seeds or SEEDS, args.seeds or CLASS_TOKEN_SEEDS
     clock = experiment.CpuClock()
     old = {}
-    if args.json and args.part != "both" and Path(args.json).is_file():
+    if args.merge:
+        for path in args.merge:
+            found = json.loads(Path(path).read_text(encoding="utf-8"))
+            for part in ("depth", "class_token"):
+                if part in found:  # a later file's part replaces an earlier one's
+                    old[part] = found[part]
+                    old.setdefault("settings", {})[part] = found["settings"][part]
+        args.part = "none"
+    elif args.json and args.part != "both" and Path(args.json).is_file():
         old = json.loads(Path(args.json).read_text(encoding="utf-8"))
     data = experiment.header("cait", argv, {
         "depth": {"seeds": depth_seeds, "depths": args.depths, "forms": list(FORMS),
