@@ -155,8 +155,8 @@ def test_choose_lr_takes_the_best_mean_validation_accuracy_and_the_smaller_on_a_
     runs = [dict(form="a", seed=0, lr=lr, val_accuracy=v)  # exact binary fractions: a true tie
             for lr, v in ((1e-3, 0.5), (1e-3, 0.75), (3e-3, 0.25), (3e-3, 1.0), (1e-2, 0.125))]
     runs.append(dict(form="b", seed=0, lr=1e-2, val_accuracy=1.0))  # another form: not counted
-    lr, means = exp_cait.choose_lr(runs, grid=(1e-3, 3e-3, 1e-2), form="a")
-    assert lr == 1e-3 and means == {"0.001": 0.625, "0.003": 0.625, "0.01": 0.125}
+    lr, means = exp_cait.choose_lr(runs, grid=(3e-3, 1e-3, 1e-2), form="a")  # the larger first
+    assert lr == 1e-3 and means == {"0.003": 0.625, "0.001": 0.625, "0.01": 0.125}
     runs.append(dict(form="a", seed=0, lr=3e-3, val_accuracy=1.0))
     assert exp_cait.choose_lr(runs, grid=(1e-3, 3e-3, 1e-2), form="a")[0] == 3e-3
     with pytest.raises(ValueError, match="no run with lr=0.1"):
