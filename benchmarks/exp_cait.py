@@ -238,7 +238,7 @@ def contrast(runs, a: dict, b: dict, metric: str = "test_accuracy") -> dict:
             "per_seed": {str(s): left[s] - right[s] for s in sorted(left)}}
 
 
-def analyse_depth(runs: list[dict], lrs: dict, depths, seeds) -> dict:
+def analyse_depth(runs: list[dict], lrs: dict, depths) -> dict:
     """The primary contrast, the Holm-corrected secondary ones, ReZero against chance at each
     depth and the positive control, from the runs at each form's chosen learning rate."""
     chosen = [r for r in runs if r["lr"] == lrs[r["form"]] and r["init"] == INIT_OF_FORM[r["form"]]]
@@ -311,7 +311,7 @@ def depth_experiment(depths, seeds, log=print) -> dict:
     longer_run = run_depth(longer["form"], longer["depth"], tune_seed, lrs[longer["form"]],
                            splits[tune_seed], log=log, steps=longer["steps"])
     return {"lr_search": search, "lr": lrs, "summary": summarise_depth(runs, lrs),
-            **analyse_depth(runs, lrs, depths, seeds), "longer": longer_run, "runs": runs}
+            **analyse_depth(runs, lrs, depths), "longer": longer_run, "runs": runs}
 
 
 # --- 2. where the class token joins ---------------------------------------------------------------

@@ -185,13 +185,14 @@ def hand_made_depth_runs():
 def test_depth_contrasts_are_the_paired_intervals_of_the_runs(monkeypatch):
     monkeypatch.setitem(exp_cait.DEPTH_CONTROL, "depth", 24)
     runs, lrs = hand_made_depth_runs()
-    out = exp_cait.analyse_depth(runs, lrs, [3, 24], [0, 1, 2])
+    out = exp_cait.analyse_depth(runs, lrs, [3, 24])
     # primary: LayerScale − pre-norm at 24: 0.45 on every seed (the wobble is shared)
     primary = out["primary"]["interval"]
     assert primary["mean"] == pytest.approx(0.45) and primary["sd"] == pytest.approx(0, abs=1e-12)
     assert set(out["secondary_holm"]) == {
-        "layerscale − prenorm @ 3", "layerscale − rezero @ 3", "layerscale − prenorm_scalar @ 3",
-        "layerscale − rezero @ 24", "layerscale − prenorm_scalar @ 24"}
+        "layerscale − prenorm @ 3", "layerscale − rezero @ 3",
+        "layerscale − prenorm_scalar @ 3", "layerscale − rezero @ 24",
+        "layerscale − prenorm_scalar @ 24"}
     expect = stats.paired([0.95, 0.96, 0.93], [0.92, 0.93, 0.90])
     assert out["secondary_holm"]["layerscale − prenorm_scalar @ 24"]["interval"]["mean"] == \
         pytest.approx(expect.mean)
