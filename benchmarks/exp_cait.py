@@ -19,8 +19,8 @@ variant where the mechanism is known to matter, which shows that the design can 
    Transformer (Bachlechner et al., "ReZero is All You Need: Fast Convergence at Large Depth",
    2020, https://arxiv.org/abs/2003.04887: https://github.com/majumderb/rezero builds on
    PyTorch's ``nn.Transformer``, which initialises every weight matrix Xavier-uniform).  Each
-   form gets its learning rate from ``DEPTH_LR_GRID``, chosen on the first seed's validation
-   split at depth 24, then runs every depth and seed at it; each seed has its own split of the
+   form gets, at each depth, its learning rate from ``DEPTH_LR_GRID``, chosen on the first
+   seed's validation split, then runs the other seeds at it; each seed has its own split of the
    digits.  Every run gets the same 400 steps; the first seed's pre-norm at depth 24 runs once
    more with 3× the steps (``DEPTH_LONGER``), to see whether the budget is what holds it back.
 
@@ -68,8 +68,8 @@ INITS = ("timm", "xavier", "small_tokens")
 DEPTHS = [3, 12, 24]
 SEEDS = [0, 1, 2]
 DEPTH_RECIPE = dict(steps=400, batch_size=64, weight_decay=0.05, warmup=0.1)
-#: The learning rates each form tries on the first seed, at the deepest depth (where the rate
-#: matters most: a rate at which one form trains best can leave another at chance).
+#: The learning rates each form tries at each depth on the first seed (a rate at which one form
+#: trains best can leave another at chance, and a deep stack's best rate can starve a shallow one).
 DEPTH_LR_GRID = (1e-3, 3e-3, 1e-2)
 DEPTH_PRIMARY = dict(a="layerscale", b="prenorm", depth=24)
 DEPTH_CONTROL = dict(init="small_tokens", forms=("layerscale", "prenorm"), depth=12)
@@ -241,7 +241,8 @@ def contrast(runs, a: dict, b: dict, metric: str = "test_accuracy") -> dict:
 def analyse_depth(runs: list[dict], lrs: dict, depths) -> dict:
     """The primary contrast, the Holm-corrected secondary ones, ReZero against chance at each
     depth and the positive control, from the runs at each form's chosen learning rate."""
-    chosen = [r for r in runs if r["lr"] == lrs[r["form"]] and r["init"] == INIT_OF_FORM[r["form"]]]
+    chosen = [r for r in runs if r["lr"] == lrs[r["form"]][str(r["depth"])]
+              and r["init"] == INIT_OF_FORM[r["form"]]]
     p = DEPTH_PRIMARY
     primary = contrast(chosen, dict(form=p["a"], depth=p["depth"]),
                        dict(form=p["b"], depth=p["depth"]))
@@ -272,12 +273,12 @@ def analyse_depth(runs: list[dict], lrs: dict, depths) -> dict:
 
 
 def summarise_depth(runs: list[dict], lrs: dict) -> dict:
-    """{form: {depth: {metric: summary}}} over the seeds, at each form's chosen rate and own
-    initialisation."""
+    """{form: {depth: {metric: summary}}} over the seeds, at each form's rate chosen for the
+    depth and its own initialisation."""
     out = {}
     for form in FORMS:
-        mine = [r for r in runs if r["form"] == form and r["lr"] == lrs.get(form)
-                and r["init"] == INIT_OF_FORM[form]]
+        mine = [r for r in runs if r["form"] == form and r["init"] == INIT_OF_FORM[form]
+                and r["lr"] == lrs.get(form, {}).get(str(r["depth"]))]
         if not mine:
             continue
         out[form] = {}
@@ -290,26 +291,30 @@ def summarise_depth(runs: list[dict], lrs: dict) -> dict:
 
 
 def depth_experiment(depths, seeds, log=print) -> dict:
-    """Part 1: the learning-rate search on the first seed at depth 24, every depth and seed at
-    the chosen rates, the positive control, the longer budget, and what they say."""
-    tune_seed, tune_depth = seeds[0], DEPTH_PRIMARY["depth"]
+    """Part 1: the learning-rate search on the first seed at every depth, the other seeds at the
+    chosen rates, the positive control, the longer budget, and what they say."""
+    tune_seed = seeds[0]
     splits = {seed: digits_splits(seed) for seed in seeds}
-    runs = [run_depth(form, tune_depth, tune_seed, lr, splits[tune_seed], log=log)
-            for form in FORMS for lr in DEPTH_LR_GRID]
-    lrs, search = {}, {}
+    runs = [run_depth(form, d, tune_seed, lr, splits[tune_seed], log=log)
+            for d in sorted(depths, reverse=True) for form in FORMS for lr in DEPTH_LR_GRID]
+    lrs = {form: {} for form in FORMS}
+    search = {form: {} for form in FORMS}
     for form in FORMS:
-        lrs[form], search[form] = choose_lr(runs, DEPTH_LR_GRID, form=form, seed=tune_seed)
-    log(f"learning rates chosen on seed {tune_seed}'s validation split at depth {tune_depth}: "
-        f"{lrs}", flush=True)
-    for seed in seeds:
-        runs += [run_depth(form, d, seed, lrs[form], splits[seed], log=log)
-                 for form in FORMS for d in depths if (seed, d) != (tune_seed, tune_depth)]
+        for d in depths:
+            lrs[form][str(d)], search[form][str(d)] = choose_lr(
+                runs, DEPTH_LR_GRID, form=form, depth=d, seed=tune_seed)
+    log(f"learning rates chosen on seed {tune_seed}'s validation split: {lrs}", flush=True)
+    for seed in seeds[1:]:
+        runs += [run_depth(form, d, seed, lrs[form][str(d)], splits[seed], log=log)
+                 for d in depths for form in FORMS]
     c = DEPTH_CONTROL
-    runs += [run_depth(form, c["depth"], seed, lrs[form], splits[seed], init=c["init"], log=log)
+    runs += [run_depth(form, c["depth"], seed, lrs[form][str(c["depth"])], splits[seed],
+                       init=c["init"], log=log)
              for seed in seeds for form in c["forms"]]
     longer = DEPTH_LONGER
-    longer_run = run_depth(longer["form"], longer["depth"], tune_seed, lrs[longer["form"]],
-                           splits[tune_seed], log=log, steps=longer["steps"])
+    longer_run = run_depth(longer["form"], longer["depth"], tune_seed,
+                           lrs[longer["form"]][str(longer["depth"])], splits[tune_seed], log=log,
+                           steps=longer["steps"])
     return {"lr_search": search, "lr": lrs, "summary": summarise_depth(runs, lrs),
             **analyse_depth(runs, lrs, depths), "longer": longer_run, "runs": runs}
 

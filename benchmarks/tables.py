@@ -242,7 +242,8 @@ def _p(value: float) -> str:
 
 def cait_table(data: dict, part: str = "depth") -> str:
     """exp_cait.py: test accuracy (%) of the selected epoch by depth and residual form, each
-    form from its own initialisation at its chosen learning rate (``depth``); the class token
+    form from its own initialisation at the learning rate chosen for it at that depth
+    (``depth``); the class token
     late, from the start, and the positive control (``class_token``); the declared contrasts
     with their 95% intervals, paired by seed (``contrasts``)."""
     if part == "depth":
@@ -251,12 +252,13 @@ def cait_table(data: dict, part: str = "depth") -> str:
         forms = list(summary)
         depths = sorted({int(n) for f in forms for n in summary[f]})
         init = data["settings"]["depth"]["init"]
-        lines = ["| depth | " + " | ".join(f"{FORM_NAMES.get(f, f)}, {INIT_NAMES[init[f]]} init, "
-                                           f"lr {lrs[f]:g}" for f in forms) + " |",
+        lines = ["| depth | " + " | ".join(f"{FORM_NAMES.get(f, f)}, {INIT_NAMES[init[f]]} init"
+                                           for f in forms) + " |",
                  "|---|" + "---|" * len(forms)]
         for n in depths:
             lines.append(f"| {n} | " + " | ".join(
-                f"{_pm(summary[f][str(n)]['test_accuracy'])} %" for f in forms) + " |")
+                f"{_pm(summary[f][str(n)]['test_accuracy'])} % (lr {lrs[f][str(n)]:g})"
+                for f in forms) + " |")
         return "\n".join(lines)
     if part == "class_token":
         summary = data["class_token"]["summary"]

@@ -167,7 +167,7 @@ def hand_made_depth_runs():
     """Seeds 0-2 of every form at depths 3 and 24 (the chosen rates), and the control."""
     acc = {"prenorm": (0.90, 0.50), "rezero": (0.80, 0.85), "prenorm_scalar": (0.91, 0.92),
            "layerscale": (0.92, 0.95)}
-    lrs = {f: 1e-3 for f in exp_cait.FORMS}
+    lrs = {f: {"3": 1e-3, "24": 1e-3} for f in exp_cait.FORMS}
     runs = []
     for seed, wobble in enumerate((0.0, 0.01, -0.02)):
         for form, (shallow, deep) in acc.items():
@@ -207,8 +207,9 @@ def test_depth_contrasts_are_the_paired_intervals_of_the_runs(monkeypatch):
 def test_tables_show_the_results_file():
     data = json.loads(RESULTS.read_text(encoding="utf-8"))
     depth = tables.cait_table(data, "depth")
-    for form, lr in data["depth"]["lr"].items():
-        assert f"lr {lr:g}" in depth
+    for form, by_depth in data["depth"]["lr"].items():
+        for n, lr in by_depth.items():
+            assert f"lr {lr:g}" in depth
     summary = data["depth"]["summary"]["layerscale"]["24"]["test_accuracy"]
     assert f"{100 * summary['mean']:.1f} ± {100 * summary['std']:.1f} %" in depth
     contrasts = tables.cait_table(data, "contrasts")
@@ -223,12 +224,14 @@ def test_results_file_summaries_are_its_runs():
     for form, by_depth in d["summary"].items():
         for depth, entry in by_depth.items():
             runs = [r["test_accuracy"] for r in d["runs"] if r["form"] == form
-                    and r["depth"] == int(depth) and r["lr"] == d["lr"][form]
+                    and r["depth"] == int(depth) and r["lr"] == d["lr"][form][depth]
                     and r["init"] == exp_cait.INIT_OF_FORM[form]]
             assert len(runs) == len(data["settings"]["seeds"]) >= 3
             assert entry["test_accuracy"]["mean"] == pytest.approx(sum(runs) / len(runs))
-    for form, lr in d["lr"].items():  # the chosen rate is the search's best on the first seed
-        assert max(d["lr_search"][form].values()) == d["lr_search"][form][f"{lr:g}"]
+    for form, by_depth in d["lr"].items():  # the chosen rate: the search's best on the first seed
+        for depth, lr in by_depth.items():
+            search = d["lr_search"][form][depth]
+            assert max(search.values()) == search[f"{lr:g}"]
     c = data["class_token"]
     assert c["primary"]["interval"]["n"] == len(data["settings"]["seeds"]) >= 3
     late = stats.by_seed(c["runs"], "test_accuracy", placement="late", talking_heads="identity",
