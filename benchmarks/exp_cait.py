@@ -70,11 +70,12 @@ SEEDS = [0, 1, 2]
 DEPTH_RECIPE = dict(steps=400, batch_size=64, weight_decay=0.05, warmup=0.1)
 #: The learning rates each form tries at each depth on the first seed (a rate at which one form
 #: trains best can leave another at chance, and a deep stack's best rate can starve a shallow one).
-DEPTH_LR_GRID = (1e-3, 3e-3, 1e-2)
+DEPTH_LR_GRID = (1e-3, 1e-2)
+#: The forms run at each depth (all of :data:`FORMS` where a depth is not listed), cut to fit the
+#: CPU budget: at 12 the primary pair (the positive control's rates), at 24 the pair and ReZero.
+FORMS_AT_DEPTH = {12: ("prenorm", "layerscale"), 24: ("prenorm", "rezero", "layerscale")}
 DEPTH_PRIMARY = dict(a="layerscale", b="prenorm", depth=24)
 DEPTH_CONTROL = dict(init="small_tokens", forms=("layerscale", "prenorm"), depth=12)
-#: Whether the budget is what holds pre-norm back: the first seed again, with 3× the steps.
-DEPTH_LONGER = dict(form="prenorm", depth=24, steps=1200)
 CHANCE = 0.1
 
 PLACEMENTS = ("late", "from_start")
@@ -83,8 +84,8 @@ CLASS_TOKEN_WORLD = dict(canvas_size=16, scale=1, clutter=2, noise=0.1, rotate=1
 CLASS_TOKEN_SIZES = dict(n_train=4000, n_val=1000, n_test=2000)
 CLASS_TOKEN_MODEL = dict(img_size=16, patch_size=4, depth=4, depth_token_only=2)
 CLASS_TOKEN_RECIPE = dict(epochs=20, batch_size=64, weight_decay=0.05, warmup=0.1)
-CLASS_TOKEN_LR_GRID = (7.5e-4, 1.5e-3, 3e-3)  # around the trainer's 1.5e-3
-CLASS_TOKEN_SEEDS = [0, 1, 2, 3]
+CLASS_TOKEN_LR_GRID = (7.5e-4, 1.5e-3)  # the trainer's 1.5e-3 and half of it
+CLASS_TOKEN_SEEDS = [0, 1, 2]
 CLASS_TOKEN_PRIMARY = dict(a="late", b="from_start")
 CLASS_TOKEN_CONTROL = dict(placement="from_start", talking_heads="timm")
 
@@ -248,7 +249,7 @@ def analyse_depth(runs: list[dict], lrs: dict, depths) -> dict:
                        dict(form=p["b"], depth=p["depth"]))
     secondary = {}
     for depth in depths:
-        for form in FORMS:
+        for form in forms_at(depth):
             if form == "layerscale" or (form == p["b"] and depth == p["depth"]):
                 continue
             secondary[f"layerscale − {form} @ {depth}"] = contrast(
@@ -257,7 +258,7 @@ def analyse_depth(runs: list[dict], lrs: dict, depths) -> dict:
     for k in secondary:
         secondary[k]["holm_rejected"] = rejected[k]
     above = {}
-    for depth in depths:
+    for depth in (d for d in depths if "rezero" in forms_at(d)):
         accs = stats.by_seed(chosen, "test_accuracy", form="rezero", depth=depth)
         above[str(depth)] = {"interval": stats.t_interval(
             [accs[s] - CHANCE for s in sorted(accs)]).to_dict()}
@@ -290,33 +291,62 @@ def summarise_depth(runs: list[dict], lrs: dict) -> dict:
     return out
 
 
-def depth_experiment(depths, seeds, log=print) -> dict:
+def forms_at(depth: int) -> tuple:
+    """The residual forms the experiment runs at ``depth`` (:data:`FORMS_AT_DEPTH`)."""
+    return FORMS_AT_DEPTH.get(depth, FORMS)
+
+
+class RunLog:
+    """The finished runs of a command, one JSON line each in ``path`` (``--runs``), so that a
+    stopped command, run again, resumes where it stopped: a run whose arguments are already in
+    the file is read back instead of trained again (the runs are deterministic)."""
+
+    def __init__(self, path=None):
+        self.path = Path(path) if path else None
+        self.done = {}
+        if self.path and self.path.is_file():
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                entry = json.loads(line)
+                self.done[entry["key"]] = entry["run"]
+
+    def __call__(self, fn, key: dict, **rest):
+        """``fn(**key, **rest)``, or its earlier result for the same ``key``."""
+        k = json.dumps({"function": fn.__name__, **key}, sort_keys=True)
+        if k not in self.done:
+            self.done[k] = fn(**key, **rest)
+            if self.path:
+                with self.path.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps({"key": k, "run": self.done[k]}) + "\n")
+        return self.done[k]
+
+
+def depth_experiment(depths, seeds, log=print, runlog=None) -> dict:
     """Part 1: the learning-rate search on the first seed at every depth, the other seeds at the
-    chosen rates, the positive control, the longer budget, and what they say."""
+    chosen rates, the positive control, and what they say."""
+    runlog = runlog or RunLog()
     tune_seed = seeds[0]
     splits = {seed: digits_splits(seed) for seed in seeds}
-    runs = [run_depth(form, d, tune_seed, lr, splits[tune_seed], log=log)
-            for d in sorted(depths, reverse=True) for form in FORMS for lr in DEPTH_LR_GRID]
+
+    def run(form, d, seed, lr, **key):
+        return runlog(run_depth, dict(form=form, depth=d, seed=seed, lr=lr, **key),
+                      splits=splits[seed], log=log)
+
+    runs = [run(form, d, tune_seed, lr)
+            for d in sorted(depths) for form in forms_at(d) for lr in DEPTH_LR_GRID]
     lrs = {form: {} for form in FORMS}
     search = {form: {} for form in FORMS}
-    for form in FORMS:
-        for d in depths:
+    for d in depths:
+        for form in forms_at(d):
             lrs[form][str(d)], search[form][str(d)] = choose_lr(
                 runs, DEPTH_LR_GRID, form=form, depth=d, seed=tune_seed)
     log(f"learning rates chosen on seed {tune_seed}'s validation split: {lrs}", flush=True)
     for seed in seeds[1:]:
-        runs += [run_depth(form, d, seed, lrs[form][str(d)], splits[seed], log=log)
-                 for d in depths for form in FORMS]
+        runs += [run(form, d, seed, lrs[form][str(d)]) for d in depths for form in forms_at(d)]
     c = DEPTH_CONTROL
-    runs += [run_depth(form, c["depth"], seed, lrs[form][str(c["depth"])], splits[seed],
-                       init=c["init"], log=log)
+    runs += [run(form, c["depth"], seed, lrs[form][str(c["depth"])], init=c["init"])
              for seed in seeds for form in c["forms"]]
-    longer = DEPTH_LONGER
-    longer_run = run_depth(longer["form"], longer["depth"], tune_seed,
-                           lrs[longer["form"]][str(longer["depth"])], splits[tune_seed], log=log,
-                           steps=longer["steps"])
     return {"lr_search": search, "lr": lrs, "summary": summarise_depth(runs, lrs),
-            **analyse_depth(runs, lrs, depths), "longer": longer_run, "runs": runs}
+            **analyse_depth(runs, lrs, depths), "runs": runs}
 
 
 # --- 2. where the class token joins ---------------------------------------------------------------
@@ -418,12 +448,19 @@ def summarise_class_token(runs: list[dict], lrs: dict) -> dict:
     return out
 
 
-def class_token_experiment(seeds, log=print) -> dict:
+def class_token_experiment(seeds, log=print, runlog=None) -> dict:
     """Part 2: the learning-rate search on the first seed, the other seeds at the chosen
     rates, the positive control on every seed, and the contrasts."""
+    runlog = runlog or RunLog()
     tune_seed = seeds[0]
     data = class_token_data(tune_seed)
-    runs = [run_class_token(p, tune_seed, lr, data, log=log)
+
+    def run(placement, seed, lr, data, talking_heads="identity"):
+        return runlog(run_class_token,
+                      dict(placement=placement, seed=seed, lr=lr, talking_heads=talking_heads),
+                      data=data, log=log)
+
+    runs = [run(p, tune_seed, lr, data)
             for p in PLACEMENTS for lr in CLASS_TOKEN_LR_GRID]
     lrs, search = {}, {}
     for p in PLACEMENTS:
@@ -433,9 +470,9 @@ def class_token_experiment(seeds, log=print) -> dict:
     for seed in seeds:
         data = class_token_data(seed) if seed != tune_seed else data
         if seed != tune_seed:
-            runs += [run_class_token(p, seed, lrs[p], data, log=log) for p in PLACEMENTS]
-        runs.append(run_class_token(c["placement"], seed, lrs[c["placement"]], data,
-                                    talking_heads=c["talking_heads"], log=log))
+            runs += [run(p, seed, lrs[p], data) for p in PLACEMENTS]
+        runs.append(run(c["placement"], seed, lrs[c["placement"]], data,
+                        talking_heads=c["talking_heads"]))
     chosen = [r for r in runs if r["lr"] == lrs[r["placement"]]]
     p = CLASS_TOKEN_PRIMARY
     identity = dict(talking_heads="identity")
@@ -508,6 +545,9 @@ def main(argv=None):
                              f"{CLASS_TOKEN_SEEDS} for the class token); the first one's "
                              f"validation split chooses the learning rates")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--runs", metavar="FILE",
+                        help="keep each finished run here (one JSON line); run again, the "
+                             "command resumes where it stopped")
     parser.add_argument("--canary", action="store_true",
                         help="run only the canary slice and print its numbers")
     parser.add_argument("--merge", nargs="+", metavar="FILE",
@@ -542,8 +582,8 @@ def main(argv=None):
                   "init": INIT_OF_FORM, "lr_grid": list(DEPTH_LR_GRID),
                   "model": "DeepNarrow(form, depth, dim=32, heads=2)",
                   "data": "digits (8×8), the trainer's split of each seed",
-                  "recipe": DEPTH_RECIPE, "primary": DEPTH_PRIMARY, "control": DEPTH_CONTROL,
-                  "longer": DEPTH_LONGER},
+                  "forms_at_depth": {str(d): list(forms_at(d)) for d in args.depths},
+                  "recipe": DEPTH_RECIPE, "primary": DEPTH_PRIMARY, "control": DEPTH_CONTROL},
         "class_token": {"seeds": token_seeds, "world": CLASS_TOKEN_WORLD, **CLASS_TOKEN_SIZES,
                         "model": {"name": "cait_digits", **CLASS_TOKEN_MODEL},
                         "talking_heads": "identity", "lr_grid": list(CLASS_TOKEN_LR_GRID),
@@ -552,8 +592,9 @@ def main(argv=None):
     command = data["written_by"]
     if args.part != "both":
         data["written_by"] = FULL_COMMAND  # what makes the whole file; each part says what ran it
-    parts = {"depth": lambda: depth_experiment(args.depths, depth_seeds),
-             "class_token": lambda: class_token_experiment(token_seeds)}
+    runlog = RunLog(args.runs)
+    parts = {"depth": lambda: depth_experiment(args.depths, depth_seeds, runlog=runlog),
+             "class_token": lambda: class_token_experiment(token_seeds, runlog=runlog)}
     for part, run_part in parts.items():
         if args.part in (part, "both"):
             start = clock.seconds()
