@@ -255,10 +255,14 @@ def cait_table(data: dict, part: str = "depth") -> str:
         lines = ["| depth | " + " | ".join(f"{FORM_NAMES.get(f, f)}, {INIT_NAMES[init[f]]} init"
                                            for f in forms) + " |",
                  "|---|" + "---|" * len(forms)]
+
+        def cell(f, n):  # "--": a form this depth does not run
+            if str(n) not in summary[f]:
+                return "--"
+            return f"{_pm(summary[f][str(n)]['test_accuracy'])} % (lr {lrs[f][str(n)]:g})"
+
         for n in depths:
-            lines.append(f"| {n} | " + " | ".join(
-                f"{_pm(summary[f][str(n)]['test_accuracy'])} % (lr {lrs[f][str(n)]:g})"
-                for f in forms) + " |")
+            lines.append(f"| {n} | " + " | ".join(cell(f, n) for f in forms) + " |")
         return "\n".join(lines)
     if part == "class_token":
         summary = data["class_token"]["summary"]

@@ -164,44 +164,69 @@ def test_choose_lr_takes_the_best_mean_validation_accuracy_and_the_smaller_on_a_
 
 
 def hand_made_depth_runs():
-    """Seeds 0-2 of every form at depths 3 and 24 (the chosen rates), and the control."""
+    """Seeds 0-2 of the forms each depth runs (depths 3 and 12, the chosen rates), and the
+    control."""
     acc = {"prenorm": (0.90, 0.50), "rezero": (0.80, 0.85), "prenorm_scalar": (0.91, 0.92),
            "layerscale": (0.92, 0.95)}
-    lrs = {f: {"3": 1e-3, "24": 1e-3} for f in exp_cait.FORMS}
+    lrs = {f: {"3": 1e-3, "12": 1e-3} for f in exp_cait.FORMS}
     runs = []
     for seed, wobble in enumerate((0.0, 0.01, -0.02)):
         for form, (shallow, deep) in acc.items():
-            for depth, a in ((3, shallow), (24, deep)):
+            for depth, a in ((3, shallow), (12, deep)):
+                if form not in exp_cait.forms_at(depth):
+                    continue
                 runs.append(dict(form=form, init=exp_cait.INIT_OF_FORM[form], depth=depth,
-                                 seed=seed, lr=1e-3, test_accuracy=a + wobble * (depth == 24),
+                                 seed=seed, lr=1e-3, test_accuracy=a + wobble * (depth == 12),
                                  val_accuracy=a, final_train_loss=1.0, selected_epoch=20))
         for form, a in (("layerscale", 0.9), ("prenorm", 0.3 + wobble)):
-            runs.append(dict(form=form, init="small_tokens", depth=24, seed=seed, lr=1e-3,
+            runs.append(dict(form=form, init="small_tokens", depth=12, seed=seed, lr=1e-3,
                              test_accuracy=a, val_accuracy=a, final_train_loss=1.0,
                              selected_epoch=20))
     return runs, lrs
 
 
 def test_depth_contrasts_are_the_paired_intervals_of_the_runs(monkeypatch):
-    monkeypatch.setitem(exp_cait.DEPTH_CONTROL, "depth", 24)
+    monkeypatch.setitem(exp_cait.DEPTH_PRIMARY, "depth", 12)
+    monkeypatch.setitem(exp_cait.DEPTH_CONTROL, "depth", 12)
+    monkeypatch.setattr(exp_cait, "FORMS_AT_DEPTH", {12: ("prenorm", "rezero", "layerscale")})
     runs, lrs = hand_made_depth_runs()
-    out = exp_cait.analyse_depth(runs, lrs, [3, 24])
-    # primary: LayerScale − pre-norm at 24: 0.45 on every seed (the wobble is shared)
+    out = exp_cait.analyse_depth(runs, lrs, [3, 12])
+    # primary: LayerScale − pre-norm at 12: 0.45 on every seed (the wobble is shared)
     primary = out["primary"]["interval"]
     assert primary["mean"] == pytest.approx(0.45) and primary["sd"] == pytest.approx(0, abs=1e-12)
+    # the forms a depth does not run make no contrast
     assert set(out["secondary_holm"]) == {
         "layerscale − prenorm @ 3", "layerscale − rezero @ 3",
-        "layerscale − prenorm_scalar @ 3", "layerscale − rezero @ 24",
-        "layerscale − prenorm_scalar @ 24"}
-    expect = stats.paired([0.95, 0.96, 0.93], [0.92, 0.93, 0.90])
-    assert out["secondary_holm"]["layerscale − prenorm_scalar @ 24"]["interval"]["mean"] == \
+        "layerscale − prenorm_scalar @ 3", "layerscale − rezero @ 12"}
+    expect = stats.paired([0.95, 0.96, 0.93], [0.85, 0.86, 0.83])
+    assert out["secondary_holm"]["layerscale − rezero @ 12"]["interval"]["mean"] == \
         pytest.approx(expect.mean)
     above = out["rezero_above_chance"]
+    assert set(above) == {"3", "12"}
     assert above["3"]["interval"]["mean"] == pytest.approx(0.7)
-    assert above["24"]["interval"]["mean"] == pytest.approx(0.75 - 0.01 / 3)
+    assert above["12"]["interval"]["mean"] == pytest.approx(0.75 - 0.01 / 3)
     control = out["positive_control"]["interval"]
     assert control["mean"] == pytest.approx(0.6 - (0.0 + 0.01 - 0.02) / 3)
     assert all(isinstance(c["holm_rejected"], bool) for c in out["secondary_holm"].values())
+
+
+def test_run_log_resumes_a_stopped_command(tmp_path):
+    """A run already in the --runs file is read back, not trained again; a new one is appended."""
+    calls = []
+
+    def train(form, seed, lr):
+        calls.append((form, seed, lr))
+        return {"form": form, "seed": seed, "lr": lr, "test_accuracy": 0.5 + seed / 10}
+
+    path = tmp_path / "runs.jsonl"
+    first = exp_cait.RunLog(path)
+    assert first(train, dict(form="a", seed=1, lr=1e-3))["test_accuracy"] == 0.6
+    again = exp_cait.RunLog(path)
+    assert again(train, dict(form="a", seed=1, lr=1e-3)) == {
+        "form": "a", "seed": 1, "lr": 1e-3, "test_accuracy": 0.6}
+    assert calls == [("a", 1, 1e-3)]
+    again(train, dict(form="a", seed=2, lr=1e-3))
+    assert calls[-1] == ("a", 2, 1e-3) and len(path.read_text().splitlines()) == 2
 
 
 def test_tables_show_the_results_file():
@@ -210,8 +235,12 @@ def test_tables_show_the_results_file():
     for form, by_depth in data["depth"]["lr"].items():
         for n, lr in by_depth.items():
             assert f"lr {lr:g}" in depth
-    summary = data["depth"]["summary"]["layerscale"]["24"]["test_accuracy"]
+    deepest = str(max(data["settings"]["depth"]["depths"]))
+    summary = data["depth"]["summary"]["layerscale"][deepest]["test_accuracy"]
     assert f"{100 * summary['mean']:.1f} ± {100 * summary['std']:.1f} %" in depth
+    missing = sum(len(data["settings"]["depth"]["forms"]) - len(forms)
+                  for forms in data["settings"]["depth"]["forms_at_depth"].values())
+    assert depth.count("| -- ") == missing  # a form a depth does not run
     contrasts = tables.cait_table(data, "contrasts")
     assert contrasts.count("**primary**") == 2
     with pytest.raises(ValueError, match="part must be"):
@@ -226,14 +255,14 @@ def test_results_file_summaries_are_its_runs():
             runs = [r["test_accuracy"] for r in d["runs"] if r["form"] == form
                     and r["depth"] == int(depth) and r["lr"] == d["lr"][form][depth]
                     and r["init"] == exp_cait.INIT_OF_FORM[form]]
-            assert len(runs) == len(data["settings"]["seeds"]) >= 3
+            assert len(runs) == len(data["settings"]["depth"]["seeds"]) >= 3
             assert entry["test_accuracy"]["mean"] == pytest.approx(sum(runs) / len(runs))
     for form, by_depth in d["lr"].items():  # the chosen rate: the search's best on the first seed
         for depth, lr in by_depth.items():
             search = d["lr_search"][form][depth]
             assert max(search.values()) == search[f"{lr:g}"]
     c = data["class_token"]
-    assert c["primary"]["interval"]["n"] == len(data["settings"]["seeds"]) >= 3
+    assert c["primary"]["interval"]["n"] == len(data["settings"]["class_token"]["seeds"]) >= 3
     late = stats.by_seed(c["runs"], "test_accuracy", placement="late", talking_heads="identity",
                          lr=c["lr"]["late"])
     start = stats.by_seed(c["runs"], "test_accuracy", placement="from_start",
