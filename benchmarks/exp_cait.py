@@ -538,8 +538,8 @@ def verdicts(data: dict) -> dict:
         out["class_token"] = stats.verdict(iv, names["late"], names["from_start"])
         iv = stats.Interval.from_dict(c["positive_control"]["interval"])
         out["class_token_control"] = stats.verdict(
-            iv, "the class token from the start with talking heads at the identity",
-            "with timm's talking-heads initialisation")
+            iv, "The class token from the start with talking heads at the identity",
+            "the same with timm's talking-heads initialisation")
     return out
 
 
