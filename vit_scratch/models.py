@@ -257,7 +257,11 @@ def build_numpy_model(family: Family, spec: ModelSpec, cfg, params):
     return model
 
 
-# --- which family a state_dict belongs to -------------------------------------------------------
+# --- which family a model or a state_dict belongs to ----------------------------------------------
+# By name first: a model of the factory and a file of save_checkpoint carry their registered
+# name, which the table leads to.  Keys decide only where there is no name (timm's own files, a
+# dict of arrays), and at the level of families: every name of a family -- its variants
+# included (DeiT III is ViT's) -- stands for that family.
 
 
 def _pattern(key: str) -> str:
@@ -265,33 +269,44 @@ def _pattern(key: str) -> str:
     return re.sub(r"\.\d+(?=\.)", ".#", key)
 
 
-@functools.lru_cache(maxsize=None)
-def _family_keys(spec) -> tuple[frozenset, dict]:
-    """A family's key patterns (over all its registered names) and each name's {key: shape}."""
-    tables = {name: spec.MODELS.param_shapes(entry.config()) for name, entry in spec.MODELS.items()}
-    return frozenset(_pattern(k) for table in tables.values() for k in table), tables
+def _layouts() -> dict[str, tuple[Family, frozenset, dict]]:
+    """Every registered name -> (its family, its key patterns, its ``{key: shape}``), for the
+    table as it is (built again when a family or a name is added)."""
+    return _layout_table(FAMILIES, tuple(len(family.spec.MODELS) for family in FAMILIES))
 
 
-def identify_family(shapes: dict) -> tuple[Family, str | None] | None:
-    """Which family a state_dict is, from its keys: ``(family, name)`` where ``name`` is the
-    registered name whose ``{key: shape}`` table holds every key with its shape (None if no
-    name does), or None when no family's keys fit.
+@functools.lru_cache(maxsize=4)
+def _layout_table(families: tuple, sizes: tuple) -> dict[str, tuple[Family, frozenset, dict]]:
+    out = {}
+    for name, (family, spec) in _name_table(families, sizes).items():
+        table = spec.param_shapes(spec.default)
+        out[name] = (family, frozenset(_pattern(k) for k in table), table)
+    return out
 
-    The keys are compared without their block indices (``blocks.#.gamma_1``), as sets: the
-    family whose set overlaps most (intersection over union, at least one half) wins."""
+
+def identify_family(shapes: dict, name: str | None = None) -> tuple[Family, str | None] | None:
+    """Which family a state_dict is: ``(family, name)``, or None when nothing says.
+
+    ``name``, the registered name the weights were saved under (a file's ``model_name``),
+    decides when it is known.  Otherwise the keys do: each registered name's keys, compared
+    without their block indices (``blocks.#.ls1.gamma``), as sets -- the family of the name whose
+    set overlaps most (intersection over union, at least one half) wins, and a tie between
+    families decides nothing.  ``name`` is then the registered name whose ``{key: shape}``
+    table holds every key with its shape (None if no name does)."""
+    layouts = _layouts()
+    if isinstance(name, str) and name.partition(".")[0] in layouts:
+        return layouts[name.partition(".")[0]][0], name.partition(".")[0]
     patterns = {_pattern(k) for k in shapes}
-    best, best_overlap = None, 0.5
-    for family in FAMILIES:
-        known, _ = _family_keys(family.spec)
-        overlap = len(patterns & known) / max(len(patterns | known), 1)
-        if overlap >= best_overlap:
-            best, best_overlap = family, overlap
-    if best is None:
+    scores = {n: len(patterns & known) / max(len(patterns | known), 1)
+              for n, (_, known, _) in layouts.items()}
+    best = max(scores.values(), default=0.0)
+    families = {layouts[n][0] for n, score in scores.items() if score == best}
+    if best < 0.5 or len(families) != 1:
         return None
-    _, tables = _family_keys(best.spec)
-    fits = [name for name, table in tables.items()
-            if all(k in table and tuple(table[k]) == tuple(s) for k, s in shapes.items())]
-    return best, (min(fits, key=lambda n: len(tables[n]) - len(shapes)) if fits else None)
+    family = families.pop()
+    fits = [n for n, (f, _, table) in layouts.items() if f is family and all(
+        k in table and tuple(table[k]) == tuple(s) for k, s in shapes.items())]
+    return family, (min(fits, key=lambda n: len(layouts[n][2]) - len(shapes)) if fits else None)
 
 
 def family_name(family: Family) -> str:
@@ -299,10 +314,12 @@ def family_name(family: Family) -> str:
     return family.numpy_class().__name__
 
 
-def other_family_message(shapes: dict, family: Family, what: str) -> str | None:
-    """A message when ``shapes`` (a state_dict's ``{key: shape}``) is another family's than
-    ``family``'s ("... are those of a Cait (cait_digits), but the model is a CoaT"), else None."""
-    found = identify_family(shapes)
+def other_family_message(shapes: dict, family: Family, what: str,
+                         name: str | None = None) -> str | None:
+    """A message when ``shapes`` (a state_dict's ``{key: shape}``, saved under the registered
+    ``name`` if known) is another family's than ``family``'s ("... are those of a Cait
+    (cait_digits), but the model is a CoaT"), else None."""
+    found = identify_family(shapes, name)
     if found is None or found[0] is family:
         return None
     other, name = found
@@ -312,10 +329,18 @@ def other_family_message(shapes: dict, family: Family, what: str) -> str | None:
             f"model is a {family_name(family)}; build {build} for these weights")
 
 
-def family_of(model_class: type) -> Family | None:
-    """The family whose PyTorch or NumPy class ``model_class`` is, or a subclass of (ViT's
-    distilled models); None for any other class."""
-    for family in FAMILIES:
-        if issubclass(model_class, (family.torch_class(), family.numpy_class())):
-            return family
+def family_of(model) -> Family | None:
+    """The family of ``model``, a model of either room or a model class: a model of the factory
+    carries its registered name (``pretrained_cfg["architecture"]``), which the table leads to;
+    otherwise the family whose PyTorch or NumPy class is the model's class or, failing that,
+    its nearest base class (ViT's distilled models are ViT's).  None for any other class."""
+    if not isinstance(model, type):
+        architecture = (getattr(model, "pretrained_cfg", None) or {}).get("architecture")
+        if isinstance(architecture, str) and architecture in _registered():
+            return _registered()[architecture][0]
+        model = type(model)
+    for cls in model.__mro__:
+        for family in FAMILIES:
+            if cls is family.torch_class() or cls is family.numpy_class():
+                return family
     return None

@@ -117,10 +117,11 @@ def load_checkpoint(model: nn.Module, path, strict: bool = True,
     target = unwrap_model(model)
     state_dict = read_state_dict(path)
     what = f"checkpoint {str(path)!r}"
-    family = models.family_of(type(target))
-    if family is not None:  # one of ours: is the file another family's?
+    family = models.family_of(target)
+    if family is not None:  # one of ours: is the file another family's (by its name, or keys)?
         message = models.other_family_message(
-            {k: tuple(v.shape) for k, v in state_dict.items()}, family, what)
+            {k: tuple(v.shape) for k, v in state_dict.items()}, family, what,
+            read_metadata(path).get("model_name"))
         if message:
             raise CheckpointError(message)
     recorded = recorded_grid(path)
