@@ -135,6 +135,26 @@ def test_vit_block_is_the_residual_block_and_takes_timms_init_values(rng):
                        torch.full((16,), 1e-6))  # LayerScale starts at ε, as timm's
 
 
+def test_layerscale_starts_at_init_values_as_timms_deit3():
+    """DeiT III's LayerScale vectors start at ε = 1e-6, as timm's, and ``reset_parameters``
+    puts them back there (and a pre-norm ViT has none)."""
+    import timm
+
+    small = dict(img_size=32, depth=2)
+    model = vit_scratch.create_model("deit3_small_patch16_224", **small)
+    theirs = timm.create_model("deit3_small_patch16_224", **small)
+    gammas = {k: v for k, v in model.state_dict().items() if ".ls" in k}
+    assert list(gammas) == [k for k in theirs.state_dict() if ".ls" in k] and len(gammas) == 4
+    for key, gamma in gammas.items():
+        assert torch.equal(gamma, theirs.state_dict()[key]), key
+        assert torch.equal(gamma, torch.full((384,), 1e-6)), key
+    vit_scratch.randomize_weights_(model, seed=1)
+    model.reset_parameters()
+    assert all(torch.equal(v, torch.full((384,), 1e-6)) for k, v in model.state_dict().items()
+               if ".ls" in k)
+    assert not any(".ls" in k for k in vit_scratch.create_model("vit_digits").state_dict())
+
+
 def test_deit3_checkpoint_loads_strictly_and_at_other_sizes(tmp_path):
     """A timm DeiT III file (no metadata): strictly into the same model, with timm's logits in
     both rooms; into one built for 96² and into one with ``dynamic_img_size`` at 64×96, its

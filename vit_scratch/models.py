@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Callable
 
 from .specs import cait, coat, vit
-from .specs.base import ModelSpec
+from .specs.base import ModelSpec, num_params
 
 __all__ = ["FAMILIES", "MODEL_OPTIONS", "create_model", "create_numpy_model", "get_config",
            "get_pretrained_cfg", "list_models", "timm_name"]
@@ -249,7 +249,10 @@ def build_numpy_model(family: Family, spec: ModelSpec, cfg, params):
     """The NumPy model of ``family`` for ``cfg`` from ``params``, named after ``spec``."""
     if hasattr(params, "keys") and hasattr(params, "get"):  # a dict: another family's params?
         shapes = {k: getattr(v, "shape", ()) for k, v in params.items()}
-        message = other_family_message(shapes, family, f"params for {spec.name}")
+        what = f"params for {spec.name}"
+        message = (other_family_message(shapes, family, what)
+                   or other_variant_message(shapes, family.spec.MODELS.param_shapes(cfg),
+                                            family, what, own_name=spec.name))
         if message:
             raise ValueError(message)
     model = family.numpy_class().class_for(cfg)(cfg, params, name=spec.name)
@@ -327,6 +330,41 @@ def other_family_message(shapes: dict, family: Family, what: str,
     build = f"vit_scratch.create_model({name!r})" if name else "a model of that family"
     return (f"{what}: the keys and shapes are those of a {family_name(other)}{which}, but the "
             f"model is a {family_name(family)}; build {build} for these weights")
+
+
+def layout_name(shapes: dict, family: Family | None = None) -> str | None:
+    """The registered name (of ``family``, if given) whose keys, block indices aside, are
+    exactly ``shapes``' keys -- the variant a state_dict's layout is (the smallest such name) --
+    or None."""
+    patterns = frozenset(_pattern(k) for k in shapes)
+    names = [n for n, (f, known, table) in _layouts().items()
+             if known == patterns and (family is None or f is family)]
+    return min(names, key=lambda n: num_params(_layouts()[n][2])) if names else None
+
+
+def other_variant_message(shapes: dict, own: dict, family: Family, what: str,
+                          name: str | None = None, own_name: str | None = None) -> str | None:
+    """A message when ``shapes`` (a state_dict's ``{key: shape}``, saved under ``name`` if
+    known) is another variant of ``family`` than ``own`` (the model's ``{key: shape}``, built
+    as ``own_name`` if known): both layouts registered, and not the same ("... are those of
+    deit3_small_patch16_224, another variant of VisionTransformer than the model's
+    (deit_small_patch16_224)"), else None."""
+    theirs, mine = (_variant(table, n, family) for table, n in ((shapes, name), (own, own_name)))
+    if theirs is None or mine is None or _layouts()[theirs][1] == _layouts()[mine][1]:
+        return None
+    return (f"{what}: the keys and shapes are those of {theirs}, another variant of "
+            f"{family_name(family)} than the model's ({mine}); build "
+            f"vit_scratch.create_model({theirs!r}) for these weights")
+
+
+def _variant(shapes: dict, name: str | None, family: Family) -> str | None:
+    """The registered name whose layout ``shapes`` has: ``name`` if it is one, else
+    :func:`layout_name`."""
+    arch = name.partition(".")[0] if isinstance(name, str) else None
+    known = _layouts().get(arch)
+    if known and known[0] is family and known[1] == frozenset(_pattern(k) for k in shapes):
+        return arch
+    return layout_name(shapes, family)
 
 
 def family_of(model) -> Family | None:
