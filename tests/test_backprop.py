@@ -919,6 +919,44 @@ def test_adamw_equals_torch():
 
 # --- bad input ----------------------------------------------------------------------------------
 
+def test_stochastic_depth_and_hard_distillation_name_bad_arguments():
+    """One line naming the argument: a batch size that is not a count of samples (NumPy would
+    say "negative dimensions"), and a distillation head whose logits are not the class head's
+    shape (the two cross-entropies would each run and give a loss)."""
+    rng = np.random.default_rng(0)
+    for batch, shown in ((-1, "-1"), (2.0, "2.0 (float)")):
+        with pytest.raises(ValueError, match=re.escape(f"batch must be an int >= 0, got {shown}")):
+            layers.drop_path_mask(batch, 0.1, rng)
+    assert layers.drop_path_mask(0, 0.1, rng).shape == (0,)  # an empty batch draws nothing
+    labels = np.array([0, 1])
+    message = re.escape("logits_dist must have the shape of logits (2, 10) (the distillation "
+                        "head classifies the same images into the same classes), got shape "
+                        "(2, 9)")
+    for f in (training.hard_distillation, training.hard_distillation_forward):
+        with pytest.raises(ValueError, match=message):
+            f(np.zeros((2, 10)), np.zeros((2, 9)), labels, labels)
+
+
+def test_an_empty_batch_goes_forward_and_back():
+    """Batch 0 through multi-head attention and a block of each residual form, forward and
+    backward: empty activations, zero parameter gradients of the right shapes."""
+    r = np.random.default_rng(0)
+    x = np.zeros((0, 5, 8))
+    w, b = r.standard_normal((24, 8)), r.standard_normal(24)
+    out, cache = attention.multi_head_attention_forward(x, w, b, w[:8], b[:8], 2)
+    dx, dw, db, dpw, dpb = attention.multi_head_attention_backward(out, cache)
+    assert out.shape == dx.shape == (0, 5, 8) and not dw.any() and dpb.shape == (8,)
+    from vit_scratch.torch_nn.layerscale import ResidualBlock
+
+    for form in layerscale.RESIDUAL_FORMS:
+        p = {k: v.detach().numpy().astype(np.float64) for k, v in
+             ResidualBlock(8, 2, form).state_dict().items()}
+        out, cache = layerscale.residual_block_forward(x, p, 2, form)
+        dx, grads = layerscale.residual_block_backward(out, cache)
+        assert dx.shape == (0, 5, 8) and set(grads) == set(p), form
+        assert all(g.shape == p[k].shape and not g.any() for k, g in grads.items()), form
+
+
 def test_backward_refuses_a_cache_from_another_function():
     x, w = np.ones((2, 3)), np.ones((4, 3))
     _, cache = layers.linear_forward(x, w)

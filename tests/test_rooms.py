@@ -113,6 +113,26 @@ def test_softmax_is_stable_and_masks():
     np.testing.assert_array_equal(x[0], [1000.0, 1001.0, 1002.0])  # the input is untouched
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_of_plus_infinity_is_refused(dtype):
+    """A +inf score (float32 overflows at 3.4e38) would give its row NaN weights (inf - inf),
+    as PyTorch's softmax does; ours names it instead, before writing anything (``out=x``
+    included), in the formula the models call as well as the checked function."""
+    x = np.array([[np.inf, 1.0, 2.0], [0.0, 1.0, 2.0]], dtype=dtype)
+    assert torch.isnan(torch.softmax(t(x), dim=-1)[0]).all()  # what it would be
+    message = re.escape(f"softmax input holds +inf in 1 of its rows (a {np.dtype(dtype)} score "
+                        f"that overflowed?)")
+    for f in (np_layers.softmax, np_layers._softmax):
+        with pytest.raises(ValueError, match=message):
+            f(x, -1, x)
+        assert x[0, 0] == np.inf and x[1, 2] == 2.0  # untouched
+    big = np.full((1, 2, 3, 4), 1e20, np.float32)  # q·k overflows float32: +inf scores
+    with np.errstate(over="ignore"), pytest.raises(
+            ValueError, match="softmax input holds \\+inf in 6 of its rows"):
+        np_attn.attention_weights(big, big)
+    np.testing.assert_array_equal(np_layers.softmax(np.array([-np.inf, 0.0])), [0.0, 1.0])
+
+
 @pytest.mark.parametrize("shape", [(2, 5, 8), (1, 1, 4)])
 def test_mlp(rng, shape):
     mlp = t_layers.Mlp(shape[-1], 3 * shape[-1]).double().eval()

@@ -4,6 +4,7 @@ attention maps and intermediate features, the same answers at other resolutions.
 Every timm parameter is randomized first (``randomize_weights_``): timm initialises biases to 0
 and LayerNorms to identity, which would hide a missing bias or a wrong eps.
 """
+import numpy as np
 import pytest
 import torch
 
@@ -269,6 +270,30 @@ def test_forward_intermediates_nlc_and_early_stop_match_timm():
 
 
 # --- other resolutions -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("as_numpy", [False, True], ids=["tensor", "ndarray"])
+def test_resize_pos_embed_reads_old_grid_as_rows_then_columns(as_numpy):
+    """The grid's entries are read in raster order over ``old_grid=(rows, cols)``: on a 3×5
+    grid whose two channels are each entry's row and column, the resized grid's row channel is
+    the same along every row and grows down the columns, and the column channel the other way
+    round -- the positions stay where they were.  A transposed ``old_grid`` (5, 3) holds as many
+    entries and is read as it says, scrambling them: nothing in the tensor tells the two apart
+    (``load_checkpoint`` reads the grid from the file for that reason)."""
+    rows, cols = np.meshgrid(np.arange(3.0), np.arange(5.0), indexing="ij")  # (3, 5) each
+    grid = np.stack([rows, cols], axis=-1).reshape(1, 15, 2)
+    pe = np.concatenate([np.full((1, 1, 2), 7.0), grid], axis=1).astype(np.float32)
+    pe = pe if as_numpy else torch.from_numpy(pe)
+    out = np.asarray(resize_pos_embed(pe, (6, 10), old_grid=(3, 5), mode="bilinear"))
+    assert out.shape == (1, 61, 2) and np.array_equal(out[0, 0], [7.0, 7.0])
+    new = out[0, 1:].reshape(6, 10, 2)
+    assert np.allclose(new[..., 0], new[:, :1, 0]) and np.all(np.diff(new[:, 0, 0]) >= 0)
+    assert np.allclose(new[..., 1], new[:1, :, 1]) and np.all(np.diff(new[0, :, 1]) >= 0)
+    assert new[-1, 0, 0] > new[0, 0, 0] and new[0, -1, 1] > new[0, 0, 1]
+    same = np.asarray(resize_pos_embed(pe, (3, 5), old_grid=(3, 5)))
+    assert np.array_equal(same, np.asarray(pe))
+    transposed = np.asarray(resize_pos_embed(pe, (6, 10), old_grid=(5, 3), mode="bilinear"))
+    assert not np.allclose(transposed[0, 1:].reshape(6, 10, 2)[..., 0], new[:, :1, 0])
 
 
 @pytest.mark.parametrize("old,new", [((14, 14), (24, 24)), ((14, 14), (7, 7)),
