@@ -165,6 +165,22 @@ def _branch_grads(grads: dict, prefix: str, keys, dnorm, dscale, scale_key, dbra
     return grads
 
 
+def _step(p: dict, norm: str | None, scale: str | None, kind: str | None) -> tuple:
+    """The ``norm`` and ``scale`` arguments of :func:`residual_forward` from a block's
+    parameters: the LayerNorm ``{norm}.weight``/``.bias`` (None: no norm), and the scale of
+    ``kind`` (a kind of :data:`SCALES`, or None) at the key ``scale``."""
+    norm_params = None if norm is None else (p[f"{norm}.weight"], p[f"{norm}.bias"])
+    return norm_params, None if kind is None else (kind, p[scale])
+
+
+def _scale_key(prefix: str, kind: str | None) -> str | None:
+    """A ViT block's scale key: ``ls1.gamma``, ``ls1.alpha``, or None (no scale)."""
+    return None if kind is None else f"{prefix}.{SCALES[kind][0]}"
+
+
+MLP_GRAD_KEYS = [f"mlp.{k}" for k in MLP_KEYS]
+
+
 # --- the ViT family's block ---------------------------------------------------------------------
 
 
@@ -204,22 +220,6 @@ def _residual_block(x, p: dict, num_heads: int, residual: str = "prenorm"):
     x = x + _scale(h, p, "ls1", kind)
     h = _layer_norm(x, p["norm2.weight"], p["norm2.bias"]) if norm else x
     return x + _scale(_mlp(h, *mlp_params(p)), p, "ls2", kind), attn
-
-
-def _step(p: dict, norm: str | None, scale: str | None, kind: str | None) -> tuple:
-    """The ``norm`` and ``scale`` arguments of :func:`residual_forward` from a block's
-    parameters: the LayerNorm ``{norm}.weight``/``.bias`` (None: no norm), and the scale of
-    ``kind`` (a kind of :data:`SCALES`, or None) at the key ``scale``."""
-    norm_params = None if norm is None else (p[f"{norm}.weight"], p[f"{norm}.bias"])
-    return norm_params, None if kind is None else (kind, p[scale])
-
-
-def _scale_key(prefix: str, kind: str | None) -> str | None:
-    """A ViT block's scale key: ``ls1.gamma``, ``ls1.alpha``, or None (no scale)."""
-    return None if kind is None else f"{prefix}.{SCALES[kind][0]}"
-
-
-MLP_GRAD_KEYS = [f"mlp.{k}" for k in MLP_KEYS]
 
 
 def residual_block_forward(x: np.ndarray, p: dict, num_heads: int, residual: str = "prenorm",

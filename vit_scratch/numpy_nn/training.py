@@ -158,6 +158,14 @@ class AdamW:
         self.exp_avg_sq = {k: np.array(v, dtype=self.dtype) for k, v in state["exp_avg_sq"].items()}
 
 
+def _check_heads(logits, logits_dist) -> None:
+    """The two heads of one model: the same images, the same classes."""
+    if np.shape(logits_dist) != np.shape(logits):
+        raise ValueError(f"logits_dist must have the shape of logits {np.shape(logits)} (the "
+                         f"distillation head classifies the same images into the same classes), "
+                         f"got shape {np.shape(logits_dist)}")
+
+
 def hard_distillation(logits: np.ndarray, logits_dist: np.ndarray, labels: np.ndarray,
                       teacher_labels: np.ndarray, label_smoothing: float = 0.0) -> np.ndarray:
     """DeiT's hard distillation (Touvron et al. 2021, §4), the trainer's objective with a
@@ -171,14 +179,6 @@ def hard_distillation(logits: np.ndarray, logits_dist: np.ndarray, labels: np.nd
     _check_heads(logits, logits_dist)
     return (0.5 * cross_entropy(logits, labels, label_smoothing)
             + 0.5 * cross_entropy(logits_dist, teacher_labels))
-
-
-def _check_heads(logits, logits_dist) -> None:
-    """The two heads of one model: the same images, the same classes."""
-    if np.shape(logits_dist) != np.shape(logits):
-        raise ValueError(f"logits_dist must have the shape of logits {np.shape(logits)} (the "
-                         f"distillation head classifies the same images into the same classes), "
-                         f"got shape {np.shape(logits_dist)}")
 
 
 def hard_distillation_forward(logits, logits_dist, labels, teacher_labels,
