@@ -4,10 +4,9 @@ DeiT), ReZero's and SkipInit's ``x + α · f(x)``, ``x + α · f(LN(x))``, and C
 https://arxiv.org/abs/2103.17239).  The forms, with their papers, are written out in the NumPy
 twins' module, ``vit_scratch.numpy_nn.layerscale``; their names are ``specs.vit.RESIDUAL_FORMS``.
 
-``ResidualBlock`` is the ViT family's block, with timm's ViT names (``ls1.gamma``: with
-LayerScale it is timm's ViT ``Block(init_values=ε)``); ``vit_scratch.torch_nn.vit.Block`` is
-the same class, and a ViT builds its blocks from its config's residual form (DeiT III:
-LayerScale).  ``LayerScaleBlock`` is CaiT's self-attention block, whose LayerScale vectors are
+``Block`` (also named ``ResidualBlock``) is the ViT family's block, with timm's ViT names
+(``ls1.gamma``: with LayerScale it is timm's ViT ``Block(init_values=ε)``); a ViT builds its
+blocks from its config's residual form (DeiT III: LayerScale).  ``LayerScaleBlock`` is CaiT's self-attention block, whose LayerScale vectors are
 the block's own parameters ``gamma_1`` and ``gamma_2``.
 """
 from __future__ import annotations
@@ -68,7 +67,7 @@ def _scale(kind: str | None, dim: int, init_values: float) -> nn.Module:
     return ScalarGate() if kind == "scalar" else nn.Identity()
 
 
-class ResidualBlock(nn.Module):
+class Block(nn.Module):
     """A transformer block -- multi-head self-attention, then an MLP -- with one of the residual
     forms above.   (B, N, C) -> (B, N, C)
 
@@ -82,7 +81,7 @@ class ResidualBlock(nn.Module):
     ``residual="layerscale"`` comes without one); the scalar forms start at α = 0, and pre-norm
     has nothing to initialise.  Parameter names: ``norm1``/``norm2`` (absent for "rezero"),
     ``attn.qkv``, ``attn.proj``, ``ls1``/``ls2`` (``gamma`` or ``alpha``), ``mlp.fc1``,
-    ``mlp.fc2``.  ``vit_scratch.torch_nn.vit.Block`` is this class.
+    ``mlp.fc2``.  ``ResidualBlock`` and ``vit_scratch.torch_nn.vit.Block`` are this class.
 
     ``forward(x, return_attention=True)`` also returns the attention weights (B, heads, N, N)
     (eager PyTorch only), like the NumPy ``block``.
@@ -118,6 +117,10 @@ class ResidualBlock(nn.Module):
 
     def extra_repr(self) -> str:
         return f"residual={self.residual!r}"
+
+
+#: The residual block's name beside CaiT's blocks (notebook 04): ``Block`` itself.
+ResidualBlock = Block
 
 
 class LayerScaleBlock(nn.Module):

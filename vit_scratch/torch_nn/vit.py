@@ -5,8 +5,8 @@
     logits = head(norm(x)[:, 0])                               # (B, num_classes)
 
 The config opens the family to its variants.  With ``init_values`` every block is LayerScale's
-form, ``x = x + diag(λ)·attn(norm1(x))`` (the blocks are ``layerscale.ResidualBlock``, of which
-``Block`` is another name); with ``no_embed_class`` the position embedding covers the patch grid
+form, ``x = x + diag(λ)·attn(norm1(x))`` (the blocks are ``layerscale.Block``, also named
+``ResidualBlock``); with ``no_embed_class`` the position embedding covers the patch grid
 only and is added before the class token is put in front.  DeiT III is both:
 
     tokens = [cls; patch_embed(images) + pos_embed]            # (B, 1 + N, C)
@@ -29,12 +29,8 @@ from torch import nn
 from ..specs.vit import ViTConfig
 from .base import ModelBase
 from .layers import LAYER_NORM_EPS, init_weights_, layers_from_config, trunc_normal_
-from .layerscale import LayerScale, ResidualBlock, ScalarGate
+from .layerscale import Block, LayerScale, ScalarGate
 from .patch_embed import PatchEmbed
-
-#: ViT's transformer block: pre-norm, or with ``init_values`` LayerScale (timm's ``Block``).
-#: ``Block(dim, num_heads, mlp_ratio=4.0, qkv_bias=True)`` is ViT's and DeiT's block.
-Block = ResidualBlock
 
 
 class VisionTransformer(ModelBase):
