@@ -13,7 +13,9 @@ distillation token after the class token and average two heads:
 
 :func:`block` is ViT's pre-norm block; the model checks its images once (``prepare_images``)
 and runs the unchecked cores, and learns through the block's ``_forward``/``_backward`` pair
-(CS231n's pairing), ``layerscale.residual_block_forward`` and ``residual_block_backward``.
+(CS231n's pairing) of the config's residual form, ``layerscale.residual_block_forward`` and
+``residual_block_backward`` (:func:`block_forward` and :func:`block_backward`: the pre-norm
+form's).
 """
 from __future__ import annotations
 
@@ -44,6 +46,24 @@ def block(x: np.ndarray, p: dict, num_heads: int, return_attention: bool = False
     with ``residual="prenorm"``; the other forms (DeiT III's LayerScale) are there.
     """
     return residual_block(x, p, num_heads, "prenorm", return_attention)
+
+
+def block_forward(x: np.ndarray, p: dict, num_heads: int, drop_path_masks=None):
+    """:func:`block` -> (out, cache): ``layerscale.residual_block_forward`` with
+    ``residual="prenorm"``.  ``drop_path_masks``: None (no stochastic depth), or the (B,)
+    factors of ``layers.drop_path_mask`` for the attention and the MLP branch."""
+    return residual_block_forward(x, p, num_heads, "prenorm", drop_path_masks)
+
+
+def block_backward(dout: np.ndarray, cache):
+    """x₁ = x + attn(norm1(x)), y = x₁ + mlp(norm2(x₁)): a residual passes its gradient through
+    unchanged and adds the branch's, so
+
+        ∂L/∂x₁ = dy + norm2ᵀ(mlpᵀ(dy)),   ∂L/∂x = ∂L/∂x₁ + norm1ᵀ(attnᵀ(∂L/∂x₁))
+
+    (fᵀ(g): the backward of f applied to g; ``layerscale.residual_block_backward``).
+    -> (dx, {key: gradient}) with p's keys."""
+    return residual_block_backward(dout, cache)
 
 
 class VisionTransformer(ModelBase):
