@@ -212,7 +212,7 @@ def residual_block(x: np.ndarray, p: dict, num_heads: int, residual: str = "laye
     return (x, attn) if return_attention else x
 
 
-def _residual_block(x, p: dict, num_heads: int, residual: str = "prenorm"):
+def _residual_block(x, p: dict, num_heads: int, residual: str = "layerscale"):
     """:func:`residual_block`'s formula, unchecked: -> (out, the attention weights)."""
     norm, kind = RESIDUAL_FORMS[residual]
     h = _layer_norm(x, p["norm1.weight"], p["norm1.bias"]) if norm else x
@@ -222,7 +222,7 @@ def _residual_block(x, p: dict, num_heads: int, residual: str = "prenorm"):
     return x + _scale(_mlp(h, *mlp_params(p)), p, "ls2", kind), attn
 
 
-def residual_block_forward(x: np.ndarray, p: dict, num_heads: int, residual: str = "prenorm",
+def residual_block_forward(x: np.ndarray, p: dict, num_heads: int, residual: str = "layerscale",
                            drop_path_masks=None):
     """:func:`residual_block` -> (out, cache): two :func:`residual_forward` steps, the attention
     branch and the MLP branch.  ``drop_path_masks``: None (no stochastic depth), or the (B,)
