@@ -261,6 +261,8 @@ def main(argv=None) -> int:
     parser.add_argument("--report", help="no run: read this saved report (--json) instead")
     parser.add_argument("--merge", help="merge the run into this saved report (its items of "
                         "the names run are replaced; with --json, written with every run kept)")
+    parser.add_argument("--timeout", type=float, default=6000,
+                        help="seconds the run may take before it is stopped (default 6000)")
     parser.add_argument("pytest_args", nargs="*", help="passed on to pytest (after --)")
     args = parser.parse_args(argv)
     names = args.names or (None if args.full else representatives(shared_names()))
@@ -268,7 +270,7 @@ def main(argv=None) -> int:
         report = json.loads(Path(args.report).read_text())
     else:
         report = run(fetch_tests(), names=names, leave_out=() if args.full else LEFT_OUT_OF_CI,
-                     extra_args=args.pytest_args)
+                     extra_args=args.pytest_args, timeout=args.timeout)
     written_by = "python " + shlex.join(sys.argv)
     if args.merge:
         report = merge(json.loads(Path(args.merge).read_text()), report, written_by)
