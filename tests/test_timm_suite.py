@@ -101,9 +101,10 @@ def test_the_committed_full_run_passed_on_every_shared_name():
 
 
 def test_a_run_on_some_names_merges_into_a_saved_report():
-    """``--merge``: the names run replace their items, the other names keep theirs; a test is
-    not applicable only if it applies to no name of either run; every run is kept with its
-    names (a name re-run leaves the earlier run's list), and the seconds add up."""
+    """``--merge``: the names run replace their items, the other names keep theirs (a run on
+    some names reports the others' items "not run"); a test is not applicable only if it
+    applies to no name of either run; every run is kept with its names (a name re-run leaves
+    the earlier run's list), and the seconds add up."""
     def item(name, outcome="passed"):
         return {"test": "test_model_forward", "name": name, "family": "VisionTransformer",
                 "outcome": outcome, "reason": "", "nodeid": f"t[{name}]"}
@@ -114,7 +115,7 @@ def test_a_run_on_some_names_merges_into_a_saved_report():
              "not_applicable": {"t8": {"reason": "timm excludes this family", "names": []},
                                 "t9": {"reason": "its models are timm's alone", "names": ["x"]}}}
     new = {"timm_version": "1.0", "exitstatus": 0, "seconds": 5.0, "output_tail": "b",
-           "items": [item("b"), item("c.tag")],
+           "items": [item("a", "not run"), item("b"), item("c.tag")],  # a: outside --names
            "not_applicable": {"t9": {"reason": "its models are timm's alone", "names": ["y"]}}}
     command = "python tools/timm_suite.py --full --names b c --merge r.json --json r.json"
     merged = timm_suite.merge(saved, new, command)

@@ -160,42 +160,50 @@ def run(tests: Path, names=None, leave_out=(), extra_args=(), timeout=6000) -> d
     return report
 
 
+def ran_names(report: dict) -> list[str]:
+    """The names a report's items ran on (an item of another name, outside ``--names``, is
+    reported "not run")."""
+    return sorted({i["name"].partition(".")[0] for i in report["items"]
+                   if i["name"] and i["outcome"] != "not run"})
+
+
 def runs(report: dict) -> list[dict]:
     """The runs a report holds: its ``runs``, or, for a report of one run, that run (its
     command, the names it ran, its seconds, exit status and output)."""
     if report.get("runs"):
         return report["runs"]
-    names = sorted({i["name"].partition(".")[0] for i in report["items"] if i["name"]})
-    return [{"written_by": report.get("written_by", ""), "names": names,
+    return [{"written_by": report.get("written_by", ""), "names": ran_names(report),
              "seconds": report.get("seconds"), "exitstatus": report.get("exitstatus"),
              "output_tail": report.get("output_tail", "")}]
 
 
 def merge(saved: dict, new: dict, written_by: str) -> dict:
     """``new`` (a run on some names) put into ``saved`` (a report on others, or on these too):
-    the items of ``new``'s names are ``new``'s, every other item is ``saved``'s; a test is not
-    applicable if it applies to no name of either; the exit status is the worse, the seconds
-    the sum, and ``runs`` lists every run, ``new``'s last (``written_by``: its command)."""
+    the items of the names ``new`` ran are ``new``'s, every other item is ``saved``'s; a test
+    is not applicable if it applies to no name of either; the exit status is the worse, the
+    seconds the sum, and ``runs`` lists every run, ``new``'s last (under its own command, or
+    ``written_by``, the merging command, for a run that records none)."""
     if saved.get("timm_version") != new.get("timm_version"):
         raise ValueError(f"cannot merge a run of timm {new.get('timm_version')} into a report "
                          f"of timm {saved.get('timm_version')}: run --full again")
-    names = {i["name"].partition(".")[0] for i in new["items"] if i["name"]}
-    kept = [i for i in saved["items"] if i["name"].partition(".")[0] not in names]
+    names = set(ran_names(new))
+    ran = [i for i in new["items"] if (i["name"] or "").partition(".")[0] in names]
+    kept = [i for i in saved["items"] if (i["name"] or "").partition(".")[0] not in names]
     not_applicable = {}
     for test, entry in saved["not_applicable"].items():
         other = new["not_applicable"].get(test)
         if other is not None and other["reason"] == entry["reason"]:
             not_applicable[test] = dict(entry, names=sorted(set(entry["names"]) |
                                                             set(other["names"])))
-    this_run = dict(runs(new)[0], written_by=written_by, names=sorted(names))
+    new_runs = [dict(run, written_by=run["written_by"] or written_by) for run in runs(new)]
     earlier = [dict(run, names=[n for n in run["names"] if n not in names])
                for run in runs(saved)]
-    return {**saved, "written_by": written_by, "items": kept + new["items"],
+    every = [run for run in earlier if run["names"]] + new_runs
+    return {**saved, "written_by": written_by, "items": kept + ran,
             "not_applicable": not_applicable,
             "exitstatus": max(saved["exitstatus"], new["exitstatus"]),
-            "seconds": round(sum(run["seconds"] for run in earlier + [this_run]), 1),
-            "output_tail": new["output_tail"],
-            "runs": [run for run in earlier if run["names"]] + [this_run]}
+            "seconds": round(sum(run["seconds"] for run in every), 1),
+            "output_tail": new["output_tail"], "runs": every}
 
 
 def table(report: dict) -> dict[str, dict[str, str]]:
@@ -273,12 +281,14 @@ def main(argv=None) -> int:
                      extra_args=args.pytest_args, timeout=args.timeout)
     written_by = "python " + shlex.join(sys.argv)
     if args.merge:
-        report = merge(json.loads(Path(args.merge).read_text()), report, written_by)
+        report = merge(json.loads(Path(args.merge).read_text()),
+                       report if args.report else dict(report, written_by=written_by),
+                       written_by)
     if args.json:
         report.update(benchmark="timm_suite", written_by=written_by)
         Path(args.json).write_text(json.dumps(report, indent=1))
     counts = collections.Counter(i["outcome"] for i in report["items"])
-    ran = sorted({i["name"] for i in report["items"] if i["name"] and i["outcome"] != "not run"})
+    ran = ran_names(report)
     print(f"timm {report['timm_version']}: {dict(counts)} in {report['seconds']} s "
           f"(names: {', '.join(ran)})")
     if report.get("exitstatus") == 2:  # pytest's "interrupted"
