@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .. import validation
 from ..specs.vit import ViTConfig
 from .base import ModelBase
 from .layers import LAYER_NORM_EPS, init_weights_, layers_from_config, trunc_normal_
@@ -160,7 +161,7 @@ class VisionTransformerDistilled(VisionTransformer):
     def set_distilled_training(self, enable: bool = True) -> None:
         """timm's switch: with it on, the model in training mode returns both heads' logits
         (for the distillation loss); off, or in eval mode, their average."""
-        self.distilled_training = bool(enable)
+        self.distilled_training = validation.check_bool(enable, "enable")
 
     def prefix_tokens(self, batch: int) -> torch.Tensor:
         """The tokens put in front of the patches: (B, 2, C), the class and distillation
