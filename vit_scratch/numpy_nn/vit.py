@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import interface
+from .. import interface, validation
 from ..specs.vit import ViTConfig, vit_param_shapes
 from .backprop import Cache, check_backward, check_trainable, model_gradients
 from .base import ModelBase
