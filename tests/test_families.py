@@ -222,6 +222,39 @@ def test_another_variants_file_is_named(tmp_path):
             source.state_dict()))
 
 
+@pytest.mark.parametrize("name", one_name_per_variant())
+def test_every_variant_loads_a_local_file_through_pretrained_cfg_overlay(name, tmp_path):
+    """timm's idiom ``pretrained=True, pretrained_cfg_overlay=dict(file=PATH)`` for every family
+    and variant: the file loads strictly in both rooms (the model's family and variant found by
+    its name), the overlay's entry is in the model's ``pretrained_cfg``, and timm, for a name it
+    has, loads the same file to the same logits."""
+    kwargs = small_kwargs(name)
+    source = vit_scratch.randomize_weights_(vit_scratch.create_model(name, **kwargs),
+                                            seed=5).eval()
+    path = tmp_path / f"{name}.safetensors"
+    vit_scratch.save_checkpoint(source, path)
+    overlay = dict(file=str(path))
+    ours = vit_scratch.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay,
+                                    **kwargs).eval()
+    in_numpy = vit_scratch.create_numpy_model(name, pretrained=True,
+                                              pretrained_cfg_overlay=overlay, **kwargs)
+    assert ours.pretrained_cfg["file"] == in_numpy.pretrained_cfg["file"] == str(path)
+    assert ours.pretrained_cfg["architecture"] == name
+    x = torch.randn(2, *source.pretrained_cfg["input_size"],
+                    generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = source(x)
+        assert expected.abs().max() > 1e-2
+        assert max_abs_diff(ours(x), expected) == 0, name
+    assert max_abs_diff(in_numpy(x.numpy()), expected) < NUMPY_TOL, name
+    timm = pytest.importorskip("timm")
+    if name in timm.list_models():
+        theirs = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay,
+                                   **kwargs).eval()
+        with torch.no_grad():
+            assert max_abs_diff(theirs(x), expected) < 1e-5, name
+
+
 def test_the_pages_count_the_names_the_registry_has():
     """Every count of model names on the pages (README.md, docs/*.md; tables printed from a
     results file aside) is the registry's: ``list_models()``'s names, or the names timm has too
