@@ -38,8 +38,12 @@ def timm_twin(name: str, **kwargs):
     base = next(n for n in family.spec.MODELS if n in set(timm.list_models()))
     module = importlib.import_module(timm.models.model_entrypoint(base).__module__)
     takes = inspect.signature(getattr(module, family.numpy_class().__name__).__init__).parameters
-    # the config as timm's class takes it (CaiT's init_values: the depth rule's value)
-    fields = {f: v for f, v in cfg.timm_kwargs().items() if f in takes}
+    # the config's fields that timm's class takes (CaiT's init_values: the depth rule's value);
+    # not cfg.timm_kwargs(), which refuses CoaT's first patch of 1 (the grids are set below)
+    fields = {f: getattr(cfg, f) for f in takes if hasattr(cfg, f)}
+    if "init_values" in fields and fields["init_values"] is None and hasattr(
+            cfg, "layer_scale_init"):
+        fields["init_values"] = cfg.layer_scale_init
     model = timm.create_model(base, pretrained=False, **fields)
     if hasattr(model, "patch_embed4"):  # timm's CoaT sizes scales 2-4 for patch 4: give it ours
         for s, (h, w) in enumerate(cfg.grid_sizes(), start=1):
