@@ -11,17 +11,18 @@ over seeds, with a primary contrast declared below before it runs and a positive
 variant where the mechanism is known to matter, which shows that the design can see an effect).
 
 1. **The residual forms at depth** (its Table 1 and Fig. 3).  Notebook 04's ``DeepNarrow``
-   (scikit-learn's 8×8 digits in 2×2 patches, width 32, 2 heads) at depths 3 and 12 with
+   (scikit-learn's 8×8 digits in 2×2 patches, width 32, 2 heads) at depths 3, 12 and 24 with
    the residual forms of notebook 04: pre-norm, ReZero (α, no norm), the scalar α with the norm,
-   LayerScale; all four at depth 3, all but the scalar α at 12 (``FORMS_AT_DEPTH``; depth 24 and
-   the rest cut to fit the CPU budget, see ``NOTES``).  Each form starts from its own paper's initialisation (:func:`initialise`):
+   LayerScale; all four at depth 3, all but the scalar α at 12 and 24 (``FORMS_AT_DEPTH``; cut to
+   fit the CPU budget, see ``NOTES``).  Each form starts from its own paper's initialisation (:func:`initialise`):
    pre-norm, α with the norm and LayerScale as timm's ViT and CaiT (Linears N(0, 0.02²), the
    patch embedding at PyTorch's default, as timm leaves its convolution); ReZero as its authors'
    Transformer (Bachlechner et al., "ReZero is All You Need: Fast Convergence at Large Depth",
    2020, https://arxiv.org/abs/2003.04887: https://github.com/majumderb/rezero builds on
    PyTorch's ``nn.Transformer``, which initialises every weight matrix Xavier-uniform).  Each
-   form gets, at each depth, its learning rate from ``DEPTH_LR_GRID``, chosen on the first
-   seed's validation split, then runs the other seeds at it; each seed has its own split of the
+   form gets, at depths 3 and 12, its learning rate from ``DEPTH_LR_GRID``, chosen on the first
+   seed's validation split, then runs the other seeds at it; at depth 24, which has no grid of
+   its own (``RATE_FROM_DEPTH``), every seed runs at the rate chosen at 12; each seed has its own split of the
    digits.  Every run gets the same 400 steps.
 
    *Primary contrast*: LayerScale − pre-norm, test accuracy at depth 12, paired by seed.  The
@@ -65,15 +66,18 @@ FORMS = ("prenorm", "rezero", "prenorm_scalar", "layerscale")  # notebook 04's (
 INIT_OF_FORM = {"prenorm": "timm", "rezero": "xavier", "prenorm_scalar": "timm",
                 "layerscale": "timm"}
 INITS = ("timm", "xavier", "small_tokens")
-DEPTHS = [3, 12]
+DEPTHS = [3, 12, 24]
 SEEDS = [0, 1, 2]
 DEPTH_RECIPE = dict(steps=400, batch_size=64, weight_decay=0.05, warmup=0.1)
 #: The learning rates each form tries at each depth on the first seed (a rate at which one form
 #: trains best can leave another at chance, and a deep stack's best rate can starve a shallow one).
 DEPTH_LR_GRID = (1e-3, 1e-2)
 #: The forms run at each depth (all of :data:`FORMS` where a depth is not listed), cut to fit the
-#: CPU budget: at the deepest, the primary pair and ReZero.
-FORMS_AT_DEPTH = {12: ("prenorm", "rezero", "layerscale")}
+#: CPU budget: at 12 and 24, the primary pair and ReZero.
+FORMS_AT_DEPTH = {12: ("prenorm", "rezero", "layerscale"), 24: ("prenorm", "rezero", "layerscale")}
+#: Depths with no grid of their own, to fit the CPU budget: each form runs there, on every seed, at
+#: the rate chosen for it at the depth named.
+RATE_FROM_DEPTH = {24: 12}
 DEPTH_PRIMARY = dict(a="layerscale", b="prenorm", depth=12)
 DEPTH_CONTROL = dict(init="small_tokens", forms=("layerscale", "prenorm"), depth=12)
 CHANCE = 0.1
@@ -90,11 +94,12 @@ CLASS_TOKEN_PRIMARY = dict(a="late", b="from_start")
 CLASS_TOKEN_CONTROL = dict(placement="from_start", talking_heads="timm")
 
 #: What the results file says of its own design (recorded as its "notes").
-NOTES = ("The design is cut to fit about 15 CPU-minutes on the shared, loaded 2-core machine: "
+NOTES = ("The design is cut to fit about 20 CPU-minutes on the shared, loaded 2-core machine: "
          "two learning rates per grid (the depths: 1e-3 and 1e-2; the class token: 7.5e-4 and "
-         "1.5e-3), chosen on the first seed only; depths 3 and 12 only (no depth 24, so the "
-         "primary contrast is at depth 12 and ReZero is tested at 3 and 12); all four residual "
-         "forms at depth 3, no α-with-norm at depth 12; 2,000 training canvases for the class "
+         "1.5e-3), chosen on the first seed only; grids at depths 3 and 12 only (the primary "
+         "contrast is at depth 12, declared before any depth-12 run; depth 24 was added after, "
+         "as exploratory, each form at the rate chosen for it at 12, with no grid of its own); "
+         "all four residual forms at depth 3, no α-with-norm at depths 12 and 24; 2,000 training canvases for the class "
          "token (not 4,000); three seeds in each experiment; 400 steps per depth run and 20 "
          "epochs per class-token run, the same for every variant, with no longer-budget run, "
          "so a form still improving at its last step is not given more (the training-loss "
@@ -342,17 +347,26 @@ def depth_experiment(depths, seeds, log=print, runlog=None) -> dict:
         return runlog(run_depth, dict(form=form, depth=d, seed=seed, lr=lr, **key),
                       splits=splits[seed], log=log)
 
+    tuned = [d for d in sorted(depths) if d not in RATE_FROM_DEPTH]
+    for d in depths:
+        if d in RATE_FROM_DEPTH and RATE_FROM_DEPTH[d] not in depths:
+            raise ValueError(f"depth {d} takes its rates from depth {RATE_FROM_DEPTH[d]}, which "
+                             f"is not among the depths {depths}")
     runs = [run(form, d, tune_seed, lr)
-            for d in sorted(depths) for form in forms_at(d) for lr in DEPTH_LR_GRID]
+            for d in tuned for form in forms_at(d) for lr in DEPTH_LR_GRID]
     lrs = {form: {} for form in FORMS}
     search = {form: {} for form in FORMS}
-    for d in depths:
+    for d in tuned:
         for form in forms_at(d):
             lrs[form][str(d)], search[form][str(d)] = choose_lr(
                 runs, DEPTH_LR_GRID, form=form, depth=d, seed=tune_seed)
+    for d in sorted(set(depths) - set(tuned)):
+        for form in forms_at(d):
+            lrs[form][str(d)] = lrs[form][str(RATE_FROM_DEPTH[d])]
     log(f"learning rates chosen on seed {tune_seed}'s validation split: {lrs}", flush=True)
-    for seed in seeds[1:]:
-        runs += [run(form, d, seed, lrs[form][str(d)]) for d in depths for form in forms_at(d)]
+    for seed in seeds:
+        runs += [run(form, d, seed, lrs[form][str(d)]) for d in sorted(depths)
+                 for form in forms_at(d) if seed != tune_seed or d not in tuned]
     c = DEPTH_CONTROL
     runs += [run(form, c["depth"], seed, lrs[form][str(c["depth"])], init=c["init"])
              for seed in seeds for form in c["forms"]]
@@ -594,6 +608,8 @@ def main(argv=None):
                   "model": "DeepNarrow(form, depth, dim=32, heads=2)",
                   "data": "digits (8×8), the trainer's split of each seed",
                   "forms_at_depth": {str(d): list(forms_at(d)) for d in args.depths},
+                  "rate_from_depth": {str(d): s for d, s in RATE_FROM_DEPTH.items()
+                                      if d in args.depths},
                   "recipe": DEPTH_RECIPE, "primary": DEPTH_PRIMARY, "control": DEPTH_CONTROL},
         "class_token": {"seeds": token_seeds, "world": CLASS_TOKEN_WORLD, **CLASS_TOKEN_SIZES,
                         "model": {"name": "cait_digits", **CLASS_TOKEN_MODEL},
