@@ -210,6 +210,36 @@ def test_depth_contrasts_are_the_paired_intervals_of_the_runs(monkeypatch):
     assert all(isinstance(c["holm_rejected"], bool) for c in out["secondary_holm"].values())
 
 
+def test_a_depth_without_a_grid_runs_every_seed_at_the_rate_chosen_at_its_source(monkeypatch):
+    """The grid runs on the first seed at the tuned depths only; the borrowed depth runs every
+    seed at the source depth's chosen rate, which is the best on the first seed."""
+    pair = ("prenorm", "layerscale")
+    monkeypatch.setattr(exp_cait, "FORMS_AT_DEPTH", {3: pair, 12: pair})
+    monkeypatch.setattr(exp_cait, "RATE_FROM_DEPTH", {12: 3})
+    monkeypatch.setitem(exp_cait.DEPTH_PRIMARY, "depth", 12)
+    monkeypatch.setitem(exp_cait.DEPTH_CONTROL, "depth", 12)
+    monkeypatch.setattr(exp_cait, "digits_splits", lambda seed: None)
+    calls = []
+
+    def run_depth(form, depth, seed, lr, splits=None, init=None, log=print, **recipe):
+        calls.append((form, depth, seed, lr, init))
+        good = lr == exp_cait.DEPTH_LR_GRID[-1]
+        return dict(form=form, depth=depth, seed=seed, lr=lr, init=init or "timm",
+                    val_accuracy=0.9 if good else 0.5, test_accuracy=0.8 + seed / 100,
+                    final_train_loss=1.0, selected_epoch=1)
+
+    monkeypatch.setattr(exp_cait, "run_depth", run_depth)
+    out = exp_cait.depth_experiment([3, 12], [0, 1, 2], log=lambda *a, **k: None)
+    best = exp_cait.DEPTH_LR_GRID[-1]
+    assert out["lr"]["prenorm"] == {"3": best, "12": best} and "12" not in out["lr_search"]["prenorm"]
+    main = [c[1:4] for c in calls if c[0] == "prenorm" and c[4] is None]
+    assert sorted(c for c in main if c[0] == 3) == sorted(
+        [(3, 0, lr) for lr in exp_cait.DEPTH_LR_GRID] + [(3, 1, best), (3, 2, best)])
+    assert sorted(c for c in main if c[0] == 12) == [(12, s, best) for s in (0, 1, 2)]
+    with pytest.raises(ValueError, match="depth 12 takes its rates from depth 3"):
+        exp_cait.depth_experiment([12], [0, 1, 2], log=lambda *a, **k: None)
+
+
 def test_run_log_resumes_a_stopped_command(tmp_path):
     """A run already in the --runs file is read back, not trained again; a new one is appended."""
     calls = []
@@ -257,8 +287,13 @@ def test_results_file_summaries_are_its_runs():
                     and r["init"] == exp_cait.INIT_OF_FORM[form]]
             assert len(runs) == len(data["settings"]["depth"]["seeds"]) >= 3
             assert entry["test_accuracy"]["mean"] == pytest.approx(sum(runs) / len(runs))
+    borrowed = data["settings"]["depth"]["rate_from_depth"]
     for form, by_depth in d["lr"].items():  # the chosen rate: the search's best on the first seed
         for depth, lr in by_depth.items():
+            if depth in borrowed:  # no grid of its own: the rate chosen at the depth named
+                assert depth not in d["lr_search"][form]
+                assert lr == by_depth[str(borrowed[depth])]
+                continue
             search = d["lr_search"][form][depth]
             assert max(search.values()) == search[f"{lr:g}"]
     c = data["class_token"]
