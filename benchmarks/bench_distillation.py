@@ -60,7 +60,8 @@ warm-up then cosine decay, label smoothing 0.1), batches of ``BATCH``.
 Reported per seed and condition: the test accuracy of the epoch with the best validation
 accuracy, its agreement with the teacher on the test digits (DeiT's Table 4 asks the same), each
 head alone for a distilled student, the selected epoch and the per-epoch training loss and
-validation accuracy; per teacher, its test accuracy and how often its class is the label on the
+validation accuracy, and for a distilled student the cosine similarity of its two tokens after
+each block (``token_similarity``, DeiT §4); per teacher, its test accuracy and how often its class is the label on the
 students' augmented training views (``labels_on_views``) and on the plain ones.  ``--canary``
 runs the cheapest slice (seed 0, a few epochs, one thread) and prints its numbers; ``--json``
 records them in the file for ``tests/test_canaries.py``.  A script, never a test.
@@ -86,7 +87,7 @@ import stats  # noqa: E402  (benchmarks/stats.py: paired intervals, Holm, verdic
 
 STUDENT = "vit_digits"
 N_TRAIN, N_VAL = 300, 400
-EPOCHS, TEACHER_EPOCHS = 150, 60
+EPOCHS, TEACHER_EPOCHS = 120, 40
 BATCH, WEIGHT_DECAY, LABEL_SMOOTHING = 32, 0.05, 0.1
 LR_GRID = (5e-4, 1.5e-3, 4.5e-3)
 AUGMENT = {"rotate": 15.0, "zoom": 0.1, "shift": 0.3}
@@ -259,6 +260,20 @@ def predictions(model: nn.Module, images: torch.Tensor) -> dict[str, torch.Tenso
     return out
 
 
+@torch.no_grad()
+def token_similarity(model: nn.Module, images: torch.Tensor) -> list[float]:
+    """The cosine similarity of a distilled student's class and distillation tokens, averaged
+    over the images: at the input (the learned tokens plus their positions), then after each
+    block (DeiT §4 follows it through the network)."""
+    model.eval()
+    x = model.embed(images)  # (B, 2 + N, C)
+    sims = [F.cosine_similarity(x[:, 0], x[:, 1], dim=-1).mean().item()]
+    for block in model.blocks:
+        x = block(x)
+        sims.append(F.cosine_similarity(x[:, 0], x[:, 1], dim=-1).mean().item())
+    return sims
+
+
 def teacher_numbers(teacher: Teacher, data: dict, seed: int) -> dict:
     """How often the teacher's class is the label on the students' training digits: plain, and
     on ``VIEW_PASSES`` augmented views of each (the views a student is shown); the share of ink
@@ -350,6 +365,8 @@ def one_seed(seed: int, rates: dict, epochs: int, teacher_epochs: int, done=None
         pred = predictions(model, x_test)
         extra = {f"{head} accuracy": float((pred[head] == y_test).float().mean())
                  for head in ("class head", "distillation head") if head in pred}
+        if hasattr(model, "head_dist"):
+            extra["token_similarity"] = token_similarity(model, x_test)
         out["students"][name] = run_record(
             result, seed=seed, lr=rates[name],
             agreement_with_teacher=float((pred["model"] == teacher_test).float().mean()),
