@@ -59,9 +59,9 @@ warm-up then cosine decay, label smoothing 0.1), batches of ``BATCH``.
 
 Reported per seed and condition: the test accuracy of the epoch with the best validation
 accuracy, its agreement with the teacher on the test digits (DeiT's Table 4 asks the same), each
-head alone for a distilled student, the selected epoch and the per-epoch training loss and
-validation accuracy, and for a distilled student the cosine similarity of its two tokens after
-each block (``token_similarity``, DeiT §4); per teacher, its test accuracy and how often its class is the label on the
+head alone for a distilled student and the cosine similarity of its two tokens after each block
+(``token_similarity``, DeiT §4), the selected epoch and the per-epoch training loss and
+validation accuracy; per teacher, its test accuracy and how often its class is the label on the
 students' augmented training views (``labels_on_views``) and on the plain ones.  ``--canary``
 runs the cheapest slice (seed 0, a few epochs, one thread) and prints its numbers; ``--json``
 records them in the file for ``tests/test_canaries.py``.  A script, never a test.
@@ -144,18 +144,23 @@ def sample(images: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
     return F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
 
 
-def out_of_frame(images: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+def out_of_frame(images: torch.Tensor, gen: torch.Generator | None = None,
+                 draws: torch.Tensor | None = None) -> torch.Tensor:
     """One random view of each image (B, C, H, W): rotated, zoomed and shifted so far that part
-    of the digit can leave the frame.  The draws come from ``gen``."""
-    draws = torch.rand(len(images), 4, generator=gen)
+    of the digit can leave the frame.  The draws (B, 4), uniform in [0, 1), come from ``gen``
+    or are given."""
+    if draws is None:
+        draws = torch.rand(len(images), 4, generator=gen)
     return sample(images, affine_theta(draws))
 
 
-def ink_outside_frame(images: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """The share of each digit's ink that :func:`out_of_frame`'s view (the same draws from
-    ``gen``) pushes out of the frame: the view drawn on a canvas three times the side, the ink
-    outside its middle over all of it.   (B,)"""
-    draws = torch.rand(len(images), 4, generator=gen)
+def ink_outside_frame(images: torch.Tensor, gen: torch.Generator | None = None,
+                      draws: torch.Tensor | None = None) -> torch.Tensor:
+    """The share of each digit's ink that :func:`out_of_frame`'s view (the same draws, from
+    ``gen`` or given) pushes out of the frame: the view drawn on a canvas three times the side,
+    whose middle is the view itself; the ink outside the middle over all of it.   (B,)"""
+    if draws is None:
+        draws = torch.rand(len(images), 4, generator=gen)
     h, w = images.shape[-2:]
     big = sample(F.pad(images, (w, w, h, h)), affine_theta(draws, frame=3.0))  # (B, C, 3H, 3W)
     inside = big[..., h:2 * h, w:2 * w].sum(dim=(1, 2, 3))
