@@ -665,9 +665,11 @@ def table_pointer_problems(page: doccheck.Page, shown: dict[str, set[str]]) -> l
     results table, and at the one a results file named in the same paragraph is shown on."""
     problems = []
     body = doccheck.prose(_without_code(page.text))
+    named = doccheck.prose(page.text).split("\n")  # results files are often named as code
     for block in blocks(body):
         text = "\n".join(body.split("\n")[block.start - 1:block.end])
-        files = set(re.findall(r"benchmarks/results/[\w.-]+\.json", text))
+        files = set(re.findall(r"benchmarks/results/[\w.-]+\.json",
+                               "\n".join(named[block.start - 1:block.end])))
         for m in TABLE_POINTER.finditer(text):
             name = m.group(1) or m.group(2)
             target = "README.md" if name.upper() == "README" else \
@@ -717,7 +719,7 @@ def results_file_problems(path: Path, root: Path = ROOT) -> list[str]:
 
 
 EXERCISES_RANGE = re.compile(
-    r"notebooks?\s+\(?(\d\d)\s*(?:[-–]|\.\.\.|…)\s*(\d\d)(?:\s*(?:and|,)\s*(\d\d))?")
+    r"notebooks?\s+\(?(\d\d)\s*(?:[-–]|\.\.\.|…)\s*(\d\d)((?:\s*(?:and|,)\s*\d\d)*)")
 EXERCISE_COUNT = re.compile(r"(?<![\w.])(\d+) exercises\b")
 
 
@@ -748,8 +750,7 @@ def exercise_claim_problems(page: doccheck.Page, root: Path = ROOT) -> list[str]
         line = block.start
         for m in EXERCISES_RANGE.finditer(text):
             named = set(range(int(m.group(1)), int(m.group(2)) + 1))
-            if m.group(3):
-                named.add(int(m.group(3)))
+            named.update(int(n) for n in re.findall(r"\d\d", m.group(3)))
             if named != have:
                 problems.append(f"{page.where(line)}: {m.group(0)!r}: the exercises follow "
                                 f"notebooks {', '.join(f'{n:02d}' for n in sorted(have))}")

@@ -10,14 +10,17 @@
   where the hidden tests live) never are: a page that links into them fails the build.
 * Notebook pages are HTML made by nbconvert, which MkDocs does not rewrite: their links to ``.md``
   and ``.ipynb`` files are pointed at the pages here, a link to nothing fails the build, and the
-  table of contents is made from the headings' own anchors.
+  table of contents is made from the headings' own anchors. The cells' tags, which mkdocs-jupyter
+  draws above a cell's code (``nbval-check-output``: for CI, not for the reader), are left out.
+  docs/overrides/main.html gives each notebook page its "Download the notebook" link.
 * Maths: MathJax is served from the site itself (the copy that the ``jupyter-server-mathjax``
   package installs), so formulas render offline too. That copy holds only the STIX-Web fonts;
   docs/site_assets/mathjax_site.js, loaded after MathJax's combined configuration, makes every
   page draw with them.
-* docs/site_assets/extra.css: notebook pages and wide tables at phone width. The cells of a
-  table whose rows hold prose are labelled with their column's name (``data-label``), so that a
-  phone shows such a table one row at a time instead of cutting it off at the screen's edge.
+* docs/site_assets/extra.css: the notebook pages' download link, and notebook pages and wide
+  tables at phone width. The cells of a table whose rows hold prose are labelled with their
+  column's name (``data-label``), so that a phone shows such a table one row at a time instead
+  of cutting it off at the screen's edge.
 """
 from __future__ import annotations
 
@@ -157,7 +160,7 @@ def on_post_build(config):
 def on_page_content(html: str, page, config, files: Files) -> str:
     """Every page: a link to an exercise file goes to the exercise's page, and tables whose rows
     hold prose are labelled. Notebook pages: links to ``.md``/``.ipynb`` files go to their
-    pages, and none may dangle."""
+    pages, and none may dangle; the cells' tags are left out."""
     notebook = page.file.src_uri.endswith(".ipynb")
     # a notebook's links are relative to its source; MkDocs has made a Markdown page's links
     # relative to the page's own address
@@ -192,7 +195,12 @@ def on_page_content(html: str, page, config, files: Files) -> str:
     if not notebook:
         return html
     page.toc = _toc_from_headings(html)
-    return _share_css(html, page.file.url)
+    return _share_css(CELL_TAGS.sub("", html), page.file.url)
+
+
+# mkdocs-jupyter's template draws a code cell's metadata tags in a bar above its code
+CELL_TAGS = re.compile(r'<div class="celltoolbar">\s*(?:<div class="button_container '
+                       r'tags_button_container">(?:(?!</?div\b).)*</div>\s*)*</div>', re.S)
 
 
 PROSE_ROW = 100  # characters of text in a table's longest row from which it reads as prose

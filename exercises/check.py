@@ -32,7 +32,7 @@ def selected(selectors) -> list[str]:
         else:
             match = [i for i in ids if i == sel]
         if not match:
-            raise SystemExit(f"check: no exercise matches {sel!r} (notebooks 01-08 and 10, or IDs like 2.2)")
+            raise SystemExit(f"check: no exercise matches {sel!r} (notebooks 01-08, 10 and 11, or IDs like 2.2)")
         chosen.extend(m for m in match if m not in chosen)
     return sorted(chosen, key=sort_key)
 
@@ -50,7 +50,8 @@ def load(notebook: str, package: str = "exercises"):
 
 def main(argv=None, package: str = "exercises") -> int:
     parser = argparse.ArgumentParser(prog="python -m exercises.check", description=__doc__.split("\n")[0])
-    parser.add_argument("selectors", nargs="*", metavar="NN", help="notebooks (01 ... 08, 10) or exercise IDs (2.2)")
+    parser.add_argument("selectors", nargs="*", metavar="NN",
+                        help="notebooks (01 ... 08, 10, 11) or exercise IDs (2.2)")
     args = parser.parse_args(argv)
     ids = selected(args.selectors)
     counts = {"ok": 0, "not done": 0, "wrong": 0, "error": 0}

@@ -4,8 +4,10 @@ hidden tests.
 :func:`close` compares arrays and says *what* differs (shape, dtype, NaN, the largest
 difference and where); when the learner's result equals a known wrong answer
 (``mistakes=[(wrong_value, "did you scale after the softmax?")]``) it names that mistake
-instead. :func:`equal` does the same for plain values, :func:`expect_error` for the errors an
-exercise must raise. Nothing here runs the learner's code by itself.
+instead. ``mistakes`` may also be a function that returns that list: it is called only when the
+result is wrong, so a correct answer costs no wrong answer's computation. :func:`equal` does the
+same for plain values, :func:`expect_error` for the errors an exercise must raise. Nothing here
+runs the learner's code by itself.
 """
 from __future__ import annotations
 
@@ -77,15 +79,30 @@ def _matches(got, expected, atol, rtol) -> bool:
                            | (np.isnan(got) & np.isnan(expected))))
 
 
+def _right(got, expected, atol, rtol) -> bool:
+    """``got`` equals ``expected`` (so that no known mistake can be the answer)."""
+    if got.shape != expected.shape:
+        return False
+    if got.dtype == np.bool_ or expected.dtype == np.bool_:
+        return got.dtype == expected.dtype and np.array_equal(got, expected)
+    try:
+        return _matches(got, expected, atol, rtol)
+    except (TypeError, ValueError):
+        return False
+
+
 def close(got, expected, what: str, atol: float = 1e-10, rtol: float = 0.0, mistakes=(),
           dtype=None) -> None:
     """Fail with a one-line message unless ``got`` equals ``expected`` within tolerance.
 
-    mistakes: (wrong_value, message) pairs; when ``got`` matches a wrong value the message
-    names the mistake. dtype: when given, the result must have exactly this dtype.
+    mistakes: (wrong_value, message) pairs, or a function that returns them (called only when
+    ``got`` is not right); when ``got`` matches a wrong value the message names the mistake.
+    dtype: when given, the result must have exactly this dtype.
     """
     got = as_array(got, what)
     expected = np.asarray(expected)
+    if callable(mistakes):
+        mistakes = () if _right(got, expected, atol, rtol) else mistakes()
     for wrong, message in mistakes:
         wrong = np.asarray(wrong)
         if wrong.shape == got.shape and wrong.dtype != object and np.issubdtype(got.dtype, np.number) \
@@ -136,7 +153,9 @@ def _same(a, b) -> bool:
 
 
 def equal(got, expected, what: str, mistakes=()) -> None:
-    """Exact equality for plain values (ints, floats, tuples)."""
+    """Exact equality for plain values (ints, floats, tuples); ``mistakes`` as in :func:`close`."""
+    if callable(mistakes):
+        mistakes = () if _same(got, expected) else mistakes()
     for wrong, message in mistakes:
         if _same(got, wrong) and not _same(got, expected):
             raise _mistake(what, message)

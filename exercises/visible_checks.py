@@ -25,6 +25,7 @@ TOPICS = {
     "07": ("ex07_conv_position_encoding", "convolutional position encodings"),
     "08": ("ex08_coscale", "co-scale"),
     "10": ("ex10_backprop", "backprop by hand"),
+    "11": ("ex11_distillation", "distillation and stochastic depth"),
 }
 
 
@@ -155,6 +156,14 @@ def _(m):
     close(m.softmax(np.array([-np.inf, 0.0, 0.0])), [0.0, 0.5, 0.5], "softmax([-inf, 0, 0])", atol=1e-12)
 
 
+def _torch_attention(q, k, v, mask=None):
+    import torch
+    import torch.nn.functional as F
+
+    t = [torch.as_tensor(a, dtype=torch.float64) for a in (q, k, v)]
+    return F.scaled_dot_product_attention(*t, attn_mask=None if mask is None else torch.as_tensor(mask)).numpy()
+
+
 @check("2.2", "scaled_dot_product_attention", "scores = q kᵀ / √d; masked scores = -inf; softmax over the "
        "last axis; then @ v")
 def _(m):
@@ -166,6 +175,13 @@ def _(m):
     close(got, [[3.0, 2.0]], "weights 3/4, 1/4 give 3/4·(4, 0) + 1/4·(0, 8)", atol=1e-12)
     close(m.scaled_dot_product_attention(q, k, v, mask=np.array([[False, True]])), [[0.0, 8.0]],
           "with key 0 masked out, all the weight goes to key 1", atol=1e-12)
+    r = np.random.default_rng(9)                              # 2 images, 3 heads, 4 queries, 5 keys
+    q, k, v = r.standard_normal((2, 3, 4, 6)), r.standard_normal((2, 3, 5, 6)), r.standard_normal((2, 3, 5, 2))
+    mask = np.tril(np.ones((4, 5), dtype=bool), k=1)
+    got = m.scaled_dot_product_attention(q, k, v, mask=mask)
+    shape(got, (2, 3, 4, 2), "attention of (2, 3, 4, 6) queries over (2, 3, 5, 6) keys, d_v = 2")
+    close(got, _torch_attention(q, k, v, mask), "several heads, N_q != N_k, d_v != d, a mask: vs PyTorch's "
+          "F.scaled_dot_product_attention", atol=1e-10)
 
 
 @check("2.3", "padding_mask", "np.arange(num_tokens) < lengths[:, None], then add the two broadcast axes")
@@ -184,6 +200,9 @@ def _(m):
     shape(heads, (1, 3, 2, 2), "split_heads(x of shape (1, 2, 6), 3)")
     close(heads[0, 1], [[2, 3], [8, 9]], "head 1 owns channels 2 and 3 of both tokens", atol=0)
     close(m.merge_heads(heads), x, "merge_heads(split_heads(x))", atol=0)
+    xh = np.arange(2 * 4 * 3 * 2.0).reshape(2, 4, 3, 2)                      # (B, h, N, d): 4 heads
+    close(m.merge_heads(xh)[0, 1], xh[0, :, 1].reshape(8), "token 1 of merge_heads((2, 4, 3, 2)): head 0's "
+          "2 channels, then head 1's, ...", atol=0)
     expect_error(ValueError, lambda: m.split_heads(x, 4), "6 channels into 4 heads")
 
 
@@ -193,7 +212,7 @@ def _(m):
     import torch
 
     r = np.random.default_rng(0)
-    q, k, v, g = (r.standard_normal((1, 3, 2)) for _ in range(4))
+    q, k, v, g = (r.standard_normal(s) for s in [(2, 3, 4, 2), (2, 3, 5, 2), (2, 3, 5, 3), (2, 3, 4, 3)])
     got = m.attention_backward(q, k, v, g)
     if not isinstance(got, (tuple, list)) or len(got) != 3:
         raise Fail("attention_backward must return the tuple (dq, dk, dv)")
@@ -202,7 +221,7 @@ def _(m):
     out.backward(torch.tensor(g))
     for name, mine, ref in zip(("dq", "dk", "dv"), got, (qt.grad, kt.grad, vt.grad)):
         shape(mine, ref.shape, name)
-        close(mine, ref.numpy(), f"{name} vs autograd (3 tokens, d = 2)", atol=1e-10)
+        close(mine, ref.numpy(), f"{name} vs autograd (2 images, 3 heads, 4 queries, 5 keys)", atol=1e-10)
 
 
 # ---- 03 the Vision Transformer ------------------------------------------------------------------
@@ -238,6 +257,14 @@ def _(m):
     one = np.array([[0.5, 0.5], [0.0, 1.0]])                   # (A + I) / row sums
     close(got[0], one, "one block: (A + I), rows renormalised", atol=1e-12)
     close(m.attention_rollout([a, a])[0], one @ one, "two blocks", atol=1e-12)
+    import torch
+
+    r = np.random.default_rng(10)
+    maps = [r.dirichlet(np.ones(5), size=(2, 3, 5)) for _ in range(3)]           # 3 blocks, 3 heads
+    per_block = [torch.from_numpy(m_).mean(dim=1) + torch.eye(5, dtype=torch.float64) for m_ in maps]
+    per_block = [b / b.sum(dim=-1, keepdim=True) for b in per_block]
+    expected = (per_block[2] @ per_block[1] @ per_block[0]).numpy()
+    close(m.attention_rollout(maps), expected, "3 blocks of (2, 3, 5, 5) maps: 2 images, 3 heads", atol=1e-12)
 
 
 @check("3.4", "Block", "nn.Module() containers give the dotted names; nn.LayerNorm(dim, eps=1e-6)")

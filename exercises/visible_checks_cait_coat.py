@@ -47,6 +47,26 @@ def _identity_case():
     return x, (eye, zero, eye, zero, eye, zero, eye, zero)      # q, k, v, proj: weight and bias
 
 
+def _torch_class_attention(x, w, num_heads, class_token_in_keys=True):
+    """Class attention with PyTorch's ops: the query from the class token only."""
+    import torch
+    import torch.nn.functional as F
+
+    x = torch.as_tensor(x, dtype=torch.float64)
+    qw, qb, kw, kb, vw, vb, pw, pb = (torch.as_tensor(a, dtype=torch.float64) for a in w)
+    B, T, C = x.shape
+    z = x if class_token_in_keys else x[:, 1:]
+    split = lambda t: t.reshape(B, t.shape[1], num_heads, C // num_heads).transpose(1, 2)  # noqa: E731
+    out = F.scaled_dot_product_attention(split(F.linear(x[:, :1], qw, qb)), split(F.linear(z, kw, kb)),
+                                         split(F.linear(z, vw, vb)))
+    return F.linear(out.transpose(1, 2).reshape(B, 1, C), pw, pb).numpy()
+
+
+def _random_weights(C, seed):
+    r = np.random.default_rng(seed)
+    return tuple(r.standard_normal((C, C)) / math.sqrt(C) if i % 2 == 0 else r.standard_normal(C) for i in range(8))
+
+
 def _scaled_after(expected, d):
     return [(np.asarray(expected) / math.sqrt(d), f"your weights' rows sum to 1/√d = {1 / math.sqrt(d):.3g}: "
              "the scale 1/√d goes on the scores, before the softmax")]
@@ -64,6 +84,10 @@ def _(m):
     shape(attn, (1, 1, 1, 3), "the weights with return_attention=True (B, h, 1, 1 + N)")
     close(attn, np.full((1, 1, 1, 3), 1 / 3), "equal weights for a zero query", atol=1e-12,
           mistakes=_scaled_after(np.full((1, 1, 1, 3), 1 / 3), 2))
+    x, w = np.random.default_rng(11).standard_normal((2, 1 + 4, 6)), _random_weights(6, 12)
+    got = m.class_attention(x, *w, 3)
+    shape(got, (2, 1, 6), "class_attention of (2, 1 + 4, 6) tokens, 3 heads")
+    close(got, _torch_class_attention(x, w, 3), "3 heads of d = 2, random weights: vs PyTorch's ops", atol=1e-10)
 
 
 @check("5.2", "class_attention(class_token_in_keys=False)", "keys and values from u[:, 1:], the query still "
@@ -75,6 +99,9 @@ def _(m):
     close(got, [[[0.5, 0.5]]], "the mean of the 2 patches only", atol=1e-12,
           mistakes=[([[[1 / 3, 1 / 3]]], "the class token is still among the keys: use u[:, 1:] for k and v")]
           + _scaled_after([[[0.5, 0.5]]], 2))
+    x, w = np.random.default_rng(13).standard_normal((2, 1 + 4, 6)), _random_weights(6, 14)
+    close(m.class_attention(x, *w, 3, class_token_in_keys=False), _torch_class_attention(x, w, 3, False),
+          "3 heads of d = 2, random weights, class_token_in_keys=False: vs PyTorch's ops", atol=1e-10)
 
 
 @check("5.3", "TalkingHeadAttention", "a (B, h, N, N) -> permute(0, 2, 3, 1) -> proj_l -> permute back; "
@@ -121,6 +148,14 @@ def _(m):
     got = m.factorized_attention(q, k, v)
     shape(got, (2, 1), "factorized attention of 2 tokens, d = 1")
     close(got, [[7.0], [14.0]], "softmax over the tokens [1/4, 3/4], context 1/4·4 + 3/4·8 = 7", atol=1e-12)
+    import torch
+
+    r = np.random.default_rng(15)
+    q, k, v = (r.standard_normal((2, 3, 5, 4)) for _ in range(3))                # 2 images, 3 heads
+    t = [torch.from_numpy(a) for a in (q, k, v)]
+    expected = (t[0] @ (torch.softmax(t[1], dim=-2).transpose(-1, -2) @ t[2]) / 2.0).numpy()
+    close(m.factorized_attention(q, k, v), expected, "2 images, 3 heads, 5 tokens, d = 4: vs PyTorch's ops",
+          atol=1e-10)
 
 
 @check("6.2", "factorized_attention_flops + crossover", "per head: 2·N²·d (softmax) vs 2·N·d² "
@@ -167,20 +202,42 @@ def _(m):
                      "dilation 2 gives the same as dilation 1: space the taps d pixels apart")])
 
 
-@check("7.3", "conv_rel_pos_enc", "v's image tokens -> (B, h·d, H, W); per group depthwise_conv2d; back to "
-       "(B, h, H·W, d); times q's image tokens; a zero row in front")
+@check("7.3", "conv_rel_pos_enc", "v's image tokens -> (B, h·d, H, W), head-major (channel h_i·d + c); "
+       "per group, in the lists' order, depthwise_conv2d; back to (B, h, H·W, d); times q's image tokens; a "
+       "zero row in front")
 def _(m):
+    import torch
+    import torch.nn.functional as F
+
     r = np.random.default_rng(8)
-    q, v = r.standard_normal((1, 1, 5, 2)), r.standard_normal((1, 1, 5, 2))   # 1 head, 2x2 grid, d = 2
-    w, b = np.array([2.0, -1.0]).reshape(2, 1, 1, 1), np.array([0.5, 1.0])   # one group: 1 head, 1x1
-    got = m.conv_rel_pos_enc(q, v, (2, 2), [w], [b])
-    shape(got, (1, 1, 5, 2), "CRPE of (1, 1, 1 + 4, 2) tokens")
-    expected = np.zeros_like(q)
-    expected[:, :, 1:] = q[:, :, 1:] * (v[:, :, 1:] * [2.0, -1.0] + [0.5, 1.0])
-    close(got, expected, "a 1x1 window: EV = q ⊙ (w·v + b), and 0 for the class token", atol=1e-12)
+    B, h, d, (H, W) = 2, 3, 2, (3, 4)                     # 3 heads in 2 groups, a 3x4 grid
+    q, v = r.standard_normal((B, h, 1 + H * W, d)), r.standard_normal((B, h, 1 + H * W, d))
+    weights = [r.standard_normal((1 * d, 1, 5, 5)), r.standard_normal((2 * d, 1, 3, 3))]   # {5: 1, 3: 2}
+    biases = [r.standard_normal(1 * d), r.standard_normal(2 * d)]
+    got = m.conv_rel_pos_enc(q, v, (H, W), weights, biases)
+    shape(got, q.shape, "CRPE of (2, 3 heads, 1 + 3·4, 2) tokens")
+    t = {"q": torch.from_numpy(q), "v": torch.from_numpy(v)}
+    img = t["v"][:, :, 1:].transpose(-1, -2).reshape(B, h * d, H, W)                    # head-major channels
+    conv = torch.cat([F.conv2d(img[:, :d], torch.from_numpy(weights[0]), torch.from_numpy(biases[0]), padding=2,
+                               groups=d),
+                      F.conv2d(img[:, d:], torch.from_numpy(weights[1]), torch.from_numpy(biases[1]), padding=1,
+                               groups=2 * d)], dim=1)
+    ev = t["q"][:, :, 1:] * conv.reshape(B, h, d, H * W).transpose(-1, -2)
+    expected = torch.cat([torch.zeros_like(t["q"][:, :, :1]), ev], dim=2).numpy()
+    close(np.asarray(got)[:, :, 0], np.zeros((B, h, d)), "the class token's row (all zeros)", atol=0)
+    close(got, expected, "EV = q ⊙ conv(v): 3 heads in groups {5: 1, 3: 2}, a 3x4 grid, vs F.conv2d(groups=C)",
+          atol=1e-10)
 
 
 # ---- 08 co-scale --------------------------------------------------------------------------------
+
+def _torch_resize(x, size, align_corners=False):
+    import torch
+    import torch.nn.functional as F
+
+    return F.interpolate(torch.as_tensor(x, dtype=torch.float64), size=size, mode="bilinear",
+                         align_corners=align_corners).numpy()
+
 
 @check("8.1", "bilinear_resize", "align_corners=False: src = (i + 0.5)·n_in/n_out − 0.5, clamped at 0; "
        "align_corners=True: src = i·(n_in − 1)/(n_out − 1); i0 = floor(src), i1 = min(i0 + 1, n_in − 1), "
@@ -197,6 +254,12 @@ def _(m):
     shape(got, (1, 1, 3, 3), "bilinear_resize of a 2x2 image to (3, 3), align_corners=True")
     close(got[0, 0], [[1.0, 1.5, 2.0], [2.0, 2.5, 3.0], [3.0, 3.5, 4.0]],
           "align_corners=True keeps the corners and puts the midpoints between them", atol=1e-12)
+    x = np.random.default_rng(16).standard_normal((2, 3, 3, 5))                   # a 3x5 image, 3 channels
+    for size, corners in [((7, 4), False), ((2, 8), True)]:
+        got = m.bilinear_resize(x, size, align_corners=corners)
+        shape(got, (2, 3) + size, f"bilinear_resize of a 3x5 image to {size}, align_corners={corners}")
+        close(got, _torch_resize(x, size, corners), f"a 3x5 image to {size[0]}x{size[1]}, align_corners={corners}: "
+              "vs F.interpolate", atol=1e-10)
 
 
 @check("8.2", "interpolate_tokens", "cls = x[:, :1]; image = x[:, 1:].transpose(1, 2).reshape(B, C, H, W); "
@@ -213,3 +276,10 @@ def _(m):
     close(got[0, 0], [7.0, -7.0], "the class token, carried over unchanged", atol=0)
     close(got[0, 1:5, 0], [1.0, 1.25, 1.75, 2.0], "channel 0 of the first grid row", atol=1e-12)
     close(got[0, 1:, 1], np.zeros(16), "channel 1 (all zeros in the input)", atol=1e-12)
+    x = torch.from_numpy(np.random.default_rng(17).standard_normal((2, 1 + 2 * 3, 4)))   # a 2x3 grid, C = 4
+    got = m.interpolate_tokens(x, (2, 3), (3, 5))
+    shape(got, (2, 1 + 3 * 5, 4), "interpolate_tokens of (2, 1 + 2·3, 4) to a 3x5 grid")
+    img = x[:, 1:].transpose(1, 2).reshape(2, 4, 2, 3)
+    expected = torch.cat([x[:, :1], torch.from_numpy(_torch_resize(img.numpy(), (3, 5))).flatten(2).transpose(1, 2)],
+                         dim=1)
+    close(got.detach().numpy(), expected.numpy(), "a 2x3 grid of 4 channels to 3x5: vs F.interpolate", atol=1e-10)

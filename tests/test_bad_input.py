@@ -21,6 +21,7 @@ from vit_scratch.specs.cait import cait_param_shapes, CaitConfig, layerscale_ini
 from vit_scratch.torch_nn import (attention as pt_attn, attention as t_attn,
                                   class_attention as pt_ca, layerscale as pt_ls)
 from vit_scratch.torch_nn.attention import Attention
+from vit_scratch.torch_nn.features import FeatureGetter
 from vit_scratch.torch_nn.layers import DropPath, Mlp
 from vit_scratch.torch_nn.patch_embed import PatchEmbed
 
@@ -92,6 +93,112 @@ def test_unknown_model_name_lists_known_ones():
 def test_unknown_keyword_is_a_type_error():
     with pytest.raises(TypeError, match="unknown argument\\(s\\) 'emb_dim' for ViTConfig; known: img_size"):
         vit_scratch.create_model("vit_tiny_patch16_224", emb_dim=192)
+
+
+# --- the interface's switches and timm's factory keywords ------------------------------------------
+
+#: Each switch of the interface, given the string 'False' (truthy: it would switch on).
+SWITCHES = [
+    ("forward_intermediates", dict(norm="False"), "norm"),
+    ("forward_intermediates", dict(intermediates_only="False"), "intermediates_only"),
+    ("forward_intermediates", dict(stop_early="False"), "stop_early"),
+    ("forward_intermediates", dict(return_prefix_tokens="False"), "return_prefix_tokens"),
+    ("forward_intermediates", dict(output_dict="False"), "output_dict"),
+    ("get_intermediate_layers", dict(reshape="False"), "reshape"),
+    ("get_intermediate_layers", dict(norm="False"), "norm"),
+    ("prune_intermediate_layers", dict(prune_norm="False"), "prune_norm"),
+    ("prune_intermediate_layers", dict(prune_head="False"), "prune_head"),
+]
+NUMPY_SWITCHES = {"forward_intermediates": ("norm", "intermediates_only"),
+                  "get_intermediate_layers": ("reshape", "norm")}
+
+
+@pytest.fixture(scope="module")
+def family_pairs():
+    """A small model of each family in both rooms (the refused calls leave them untouched)."""
+    return {name: small_pair(name) for name in FAMILY_NAMES}
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+@pytest.mark.parametrize("method, kwargs, switch", SWITCHES)
+def test_a_switch_given_as_a_string_is_refused_in_both_rooms(family_pairs, name, method, kwargs,
+                                                            switch):
+    model, np_model = family_pairs[name]
+    x = torch.zeros(1, *model.pretrained_cfg["input_size"])
+    message = f"^{switch} must be True or False, got 'False' \\(str\\)$"
+    call = (lambda m, images: getattr(m, method)(images, **kwargs)) if method != \
+        "prune_intermediate_layers" else (lambda m, images: getattr(m, method)(1, **kwargs))
+    with pytest.raises(ValueError, match=message):
+        call(model, x)
+    if switch in NUMPY_SWITCHES.get(method, ()):
+        with pytest.raises(ValueError, match=message):
+            call(np_model, x.numpy())
+
+
+def test_forward_head_and_distilled_training_switches_in_both_rooms():
+    name = "deit_tiny_distilled_patch16_224"
+    model = vit_scratch.create_model(name, img_size=32, depth=1)
+    np_model = vit_scratch.create_numpy_model(
+        name, vit_scratch.state_dict_to_numpy(model.state_dict()), img_size=32, depth=1)
+    x = torch.zeros(1, 3, 32, 32)
+    for m, images in ((model, x), (np_model, x.numpy())):
+        with pytest.raises(ValueError, match=r"^pre_logits must be True or False, got 'False' "):
+            m.forward_head(m.forward_features(images), pre_logits="False")
+        with pytest.raises(ValueError, match=r"^enable must be True or False, got 'False' "):
+            m.set_distilled_training("False")
+        assert m.distilled_training is False
+        m.set_distilled_training(np.bool_(True))
+        assert m.distilled_training is True
+    with pytest.raises(ValueError, match=r"^norm must be True or False, got 'False' \(str\)$"):
+        FeatureGetter(vit_scratch.create_model("vit_tiny_patch16_224", img_size=32), norm="False")
+
+
+@pytest.mark.parametrize("overlay, error, message", [
+    (dict(mean_std=0.5), TypeError, "pretrained_cfg_overlay has the unknown key(s) 'mean_std'; a "
+                                    "pretrained_cfg knows url, file, state_dict"),
+    ([("file", "w.safetensors")], ValueError, "pretrained_cfg_overlay must be a dict of "
+                                              "pretrained_cfg entries"),
+    (dict(input_size=(3, 64)), ValueError, "pretrained_cfg_overlay['input_size'] must be (C, H, "
+                                           "W), got (3, 64) (tuple)"),
+    (dict(input_size=(3, 64, 64)), ValueError, "pretrained_cfg_overlay['input_size'] is (3, 64, "
+                                               "64), but the model takes (in_chans, *img_size) = "
+                                               "(3, 32, 32)"),
+    (dict(mean=(0.5, 0.5)), ValueError, "pretrained_cfg_overlay['mean'] has 2 values, but the "
+                                        "model takes 3 channel(s)"),
+    (dict(std=(0.5, 0.0, 0.5)), ValueError, "pretrained_cfg_overlay['std'] must be positive, "
+                                            "got 0.0"),
+    (dict(crop_pct=1.5), ValueError, "pretrained_cfg_overlay['crop_pct'] must be in (0, 1], got "
+                                     "1.5"),
+    (dict(interpolation="lanczos"), ValueError, "pretrained_cfg_overlay['interpolation'] must be "
+                                                "one of ('bicubic', 'bilinear', 'nearest'), got "
+                                                "'lanczos' (str)"),
+    (dict(architecture="vit_small_patch16_224"), ValueError, "pretrained_cfg_overlay["
+                                                             "'architecture'] is "
+                                                             "'vit_small_patch16_224', but the "
+                                                             "model is vit_tiny_patch16_224"),
+])
+def test_a_bad_pretrained_cfg_overlay_is_named(overlay, error, message):
+    for create in (lambda: vit_scratch.create_model("vit_tiny_patch16_224", img_size=32,
+                                                    pretrained_cfg_overlay=overlay),
+                   lambda: vit_scratch.create_numpy_model("vit_tiny_patch16_224", {}, img_size=32,
+                                                          pretrained_cfg_overlay=overlay)):
+        with pytest.raises(error) as info:
+            create()
+        assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("overlay, message", [
+    (dict(url="https://example.org/w.pth"), "pretrained=True with pretrained_cfg_overlay['url']="
+                                            "'https://example.org/w.pth': weights are fetched "
+                                            "from the Hugging Face Hub only"),
+    (dict(state_dict={}), "pretrained=True with pretrained_cfg_overlay['state_dict']: weights are "
+                          "loaded from files here"),
+])
+def test_weight_sources_the_library_does_not_read_say_what_to_do(overlay, message):
+    with pytest.raises(ValueError) as info:
+        vit_scratch.create_model("vit_digits", pretrained=True, pretrained_cfg_overlay=overlay)
+    assert str(info.value).startswith(message)
+    assert "pretrained_cfg_overlay=dict(file=" in str(info.value)
 
 
 @pytest.mark.parametrize("kwargs,match", [

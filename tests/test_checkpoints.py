@@ -460,6 +460,35 @@ def test_damaged_grid_metadata(tmp_path):
         load_checkpoint(vit_scratch.create_model("vit_digits"), tmp_path / "count.safetensors")
 
 
+@pytest.mark.parametrize("recorded", [True, False])
+def test_a_distillation_token_on_one_side_only_is_named(tmp_path, recorded):
+    """A distilled checkpoint for a plain model, or the reverse: the message names DeiT's
+    distillation token and the setting that builds the other model -- not the position grid
+    the file records (it differs by that token alone), whether the file records it or not (a
+    file of timm's own does not)."""
+    from safetensors.torch import save_file
+
+    from vit_scratch.weights import load_pretrained
+
+    for distilled in (True, False):
+        source = vit_scratch.create_model("vit_digits", distilled=distilled)
+        path = tmp_path / f"distilled_{distilled}.safetensors"
+        if recorded:
+            save_checkpoint(source, path)
+        else:
+            save_file({k: v.contiguous() for k, v in source.state_dict().items()}, str(path))
+        target = vit_scratch.create_model("vit_digits", distilled=not distilled)
+        expected = ("holds a distilled model (dist_token, head_dist.weight, head_dist.bias: "
+                    "DeiT's distillation token and its head), but the VisionTransformer has no "
+                    "distillation token; build it with distilled=True") if distilled else (
+                    "holds a model without a distillation token, but the "
+                    "VisionTransformerDistilled has one")
+        for load in (load_checkpoint, load_pretrained):
+            with pytest.raises(CheckpointError) as info:
+                load(target, path)
+            assert expected in str(info.value) and "pos_embed" not in str(info.value)
+
+
 def test_resize_pos_embed_arguments():
     pe = torch.randn(1, 1 + 16, 8)
     with pytest.raises(ValueError, match="mode must be one of"):

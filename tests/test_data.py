@@ -295,6 +295,42 @@ def test_pictures_that_do_not_decode_are_refused_or_left_out(tmp_path):
     assert all(str(truncated) != path for path, _ in train.dataset.samples)
 
 
+def test_a_bad_picture_is_named_once_with_a_reason_and_no_reader_object(tmp_path):
+    """A text file named .png: the message names the path once and says why in words, not
+    with the file object Pillow's own message holds (``<_io.BufferedReader name=...>``);
+    the advice fits any command (leave them out), not only training."""
+    from vit_scratch.data import make_datasets, open_picture
+
+    root = make_image_folder(tmp_path / "pets", per_class=6)
+    fake = root / "cat" / "notes.png"
+    fake.write_text("not a picture")
+    with pytest.raises(ValueError) as info:
+        make_datasets(str(root), DIGITS16)
+    text = str(info.value)
+    assert "BufferedReader" not in text and text.count(str(fake)) == 1
+    assert f"{fake} (not a picture format Pillow recognises" in text
+    assert "--bad-images skip to leave them out" in text
+    with pytest.raises(ValueError, match=r"notes\.png' cannot be decoded: not a picture format"):
+        open_picture(fake)
+
+
+def test_a_folder_or_a_class_without_one_good_picture_is_refused_with_skip(tmp_path):
+    """--bad-images skip leaves nothing to work with: said at once, not as an empty split or a
+    class the model can never see."""
+    from vit_scratch.data import image_folder, make_datasets
+
+    root = make_image_folder(tmp_path / "pets", per_class=3)
+    for picture in (root / "dog").glob("*.png"):
+        picture.write_bytes(b"broken")
+    with pytest.raises(ValueError, match=r"class 'dog' of .* has no picture that decodes"):
+        make_datasets(str(root), DIGITS16, bad_images="skip")
+    for picture in (root / "cat").glob("*.png"):
+        picture.write_bytes(b"broken")
+    for bad_images in ("skip", "error"):
+        with pytest.raises(ValueError, match=r"none of the 6 picture\(s\) in .* can be decoded"):
+            image_folder(root, DIGITS16, bad_images)
+
+
 # --- the validation split -------------------------------------------------------------------------
 
 def test_validation_split_is_stratified_and_fixed():

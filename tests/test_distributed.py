@@ -70,6 +70,55 @@ def test_the_order_is_shuffled_by_seed_and_epoch():
     assert order(0, 0) != order(0, 1)  # the epoch
 
 
+def test_balanced_sampling_draws_every_class_equally_often():
+    """Classes of 80, 150, 100, 120 and 91 items (541 in all, as a student's folder): each
+    epoch 108 or 109 draws of every class, the small class's items each once before any twice,
+    the large class's never twice; a fresh sample each epoch, fixed by the seed; the processes'
+    shares together are one process's batches."""
+    counts = [80, 150, 100, 120, 91]
+    labels = torch.cat([torch.full((c,), k) for k, c in enumerate(counts)])
+    labels = labels[torch.randperm(541, generator=torch.Generator().manual_seed(5))]
+
+    def epoch(e, seed=0, world=World()):
+        sampler = BatchShares(541, 32, world, seed, labels=labels)
+        sampler.set_epoch(e)
+        return [key for batch in sampler for key in batch]
+
+    first = [i for _, i, _ in epoch(0)]
+    assert len(first) == 541 and len(list(BatchShares(541, 32, labels=labels))) == 17
+    per_class = np.bincount(labels[first].numpy(), minlength=5)
+    assert per_class.sum() == 541 and set(per_class) <= {108, 109}
+    drawn = np.bincount(first, minlength=541)
+    small, large = (labels == 0).numpy(), (labels == 1).numpy()
+    assert drawn[small].min() == 1 and drawn[small].max() == 2  # every one, some twice
+    assert drawn[large].max() == 1 and (drawn[large] == 0).sum() == 150 - per_class[1]
+    assert [i for _, i, _ in epoch(0)] == first and [i for _, i, _ in epoch(1)] != first
+    assert [i for _, i, _ in epoch(0, seed=1)] != first
+    together = sorted(key for rank in range(2) for key in epoch(0, world=World(rank, 2)))
+    assert together == sorted(epoch(0))
+    plain = [i for batch in BatchShares(541, 32).global_batches() for i in batch]
+    assert sorted(plain) == list(range(541))  # without labels: every item once, as before
+    with pytest.raises(ValueError, match="labels: 540 for 541 items"):
+        BatchShares(541, 32, labels=labels[:540])
+
+
+def test_the_loop_samples_the_classes_evenly_when_asked():
+    """--balanced-sampling: 12 pictures of one class and 4 of the other, read 8 and 8 times an
+    epoch; without it, 12 and 4."""
+    labels = torch.tensor([0] * 12 + [1] * 4)
+    for balanced, expected in ((True, [8, 8]), (False, [12, 4])):
+        pictures = TensorDataset(torch.randn(16, 1, 24, 24), labels)
+        pictures.classes = ["a", "b"]
+        data = ReadOrder(pictures)
+        settings = TrainSettings(model="vit_digits", model_kwargs=dict(TINY), epochs=2,
+                                 batch_size=4, device="cpu", progress="off", threads=1,
+                                 baseline="none", balanced_sampling=balanced, out=None)
+        train(settings, datasets=(data, separable(4, 1), separable(4, 2)), log=lambda *_: None)
+        for e in range(2):
+            read = labels[data.read[16 * e:16 * (e + 1)]]
+            assert np.bincount(read.numpy()).tolist() == expected
+
+
 def test_evaluation_shares_cover_every_item_once():
     data = TensorDataset(torch.arange(11))
     for size in (1, 2, 3):
@@ -155,13 +204,16 @@ def test_torchrun_two_processes_equal_one_with_the_default_augmentation(tmp_path
     parts: the same per-epoch losses and accuracies as one process (to 1e-6), the same weights
     (to 2e-6; the attention key bias as ``same_model`` explains) and logits (to 1e-5).  Each
     picture is trained on once per epoch and evaluated by one process; the CPU seconds add up
-    over the processes; rank 0 alone prints.  Then both runs resume in one process, extended
-    by an epoch, and stay equal."""
+    over the processes; rank 0 alone prints, its warnings too (a picture that does not decode,
+    left out, is named once).  Then both runs resume in one process, extended by an epoch,
+    and stay equal."""
     data = make_pictures(tmp_path / "pictures", per_class=20)  # 33 train / 15 val / 12 test
+    (data / "cat" / "broken.png").write_bytes(b"not a picture")  # sorted last: left out
     args = ["--data", str(data), "--test-fraction", "0.2", "--val-fraction", "0.3125",
             "--batch-size", "8", "--epochs", "2", "--lr", "1e-2", "--warmup-epochs", "0.5",
             "--select", "last", "--model-arg", "drop_path_rate=0.0", "--device", "cpu",
-            "--threads", "1", "--progress", "off", "--baseline", "none", *TINY_ARGS]
+            "--threads", "1", "--progress", "off", "--baseline", "none",
+            "--bad-images", "skip", *TINY_ARGS]
     ids = tmp_path / "ids"
     ids.mkdir()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "IDS_DIR": str(ids),
@@ -172,6 +224,7 @@ def test_torchrun_two_processes_equal_one_with_the_default_augmentation(tmp_path
          str(tmp_path / "two")], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("epoch   2/2") == 1  # rank 0 alone prints
+    assert done.stderr.count("warning: left out 1 picture(s)") == 1, done.stderr[-3000:]
     one = main([*args, "--out", str(tmp_path / "one")])
     two = json.loads((tmp_path / "two" / METRICS).read_text())
     assert two["processes"] == 2 and one["processes"] == 1

@@ -343,11 +343,12 @@ PLANTED_ERRORS = {
     "09 the README's table": (
         "notebooks/09_capstone.ipynb",
         "The results live in `benchmarks/results/digits.json`, the file the README's table comes "
-        "from.", "README.md shows no results table"),
+        "from.", "README.md shows benchmarks/results/small_folder.json, not "
+                 "benchmarks/results/digits.json"),
     "check.py notebooks 01-08": (
         "exercises/check.py",
         "check: no exercise matches {...} (notebooks 01-08, or IDs like 2.2)",
-        "the exercises follow notebooks 01, 02, 03, 04, 05, 06, 07, 08, 10"),
+        "the exercises follow notebooks 01, 02, 03, 04, 05, 06, 07, 08, 10, 11"),
     "10 step for step in float32": (
         "notebooks/10_backprop_by_hand.ipynb",
         "In float32 the two trainers agree step for step for the first 137 steps.",

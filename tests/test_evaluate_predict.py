@@ -72,6 +72,106 @@ def test_evaluate_reports_averages_and_a_class_never_predicted(run, pictures, tm
     assert saved["macro_average"] == result["macro_average"]
 
 
+def test_top_k_is_given_only_below_the_number_of_classes(run, pictures, tmp_path, capsys):
+    """Top-k of k classes is always 1: left out (a warning when --top-k asked for it), never cut
+    to k - 1 behind the reader's back; below k, scikit-learn's number."""
+    from sklearn.metrics import top_k_accuracy_score
+
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(5), size=40)
+    labels = rng.integers(0, 5, 40)
+    names = list("abcde")
+    assert evaluate_command.metrics(probs, labels, names, top_k=5)["top_k"] is None
+    for k in (1, 2, 4):
+        result = evaluate_command.metrics(probs, labels, names, top_k=k)
+        assert result["top_k"] == k and result["top_k_accuracy"] == pytest.approx(
+            top_k_accuracy_score(labels, probs, k=k, labels=range(5)))
+    out = tmp_path / "e"
+    quiet = evaluate_command.main([str(run), "--out", str(out)])  # the default, 5: left out
+    text, err = capsys.readouterr()
+    assert quiet["top_k"] is quiet["top_k_accuracy"] is None and "top-" not in text + err
+    asked = evaluate_command.main([str(run), "--top-k", "3", "--out", str(out)])
+    text, err = capsys.readouterr()
+    assert asked["top_k"] is None and "top-" not in text
+    assert ("--top-k 3: the data has 3 classes, so the true class is always among the top 3; "
+            "top-k accuracy is left out (give K below 3)") in err
+    two = evaluate_command.main([str(run), "--top-k", "2", "--out", str(out)])
+    assert f"top-2 {two['top_k_accuracy']:.4f}" in capsys.readouterr().out
+
+
+def test_evaluate_prints_the_confusion_matrix(run, pictures, tmp_path, capsys):
+    result = evaluate_command.main([str(run), "--data", str(pictures), "--out",
+                                    str(tmp_path / "e")])
+    lines = capsys.readouterr().out.splitlines()
+    start = lines.index("confusion matrix (rows: true class, columns: predicted)")
+    header, *rows = lines[start + 1:start + 5]
+    assert header.split() == ["true", "\\", "predicted", "cat", "dog", "fox"]
+    assert [row.split()[0] for row in rows] == ["cat", "dog", "fox"]
+    assert [list(map(int, row.split()[1:])) for row in rows] == result["confusion_matrix"]
+    assert np.sum(result["confusion_matrix"]) == 48
+
+
+def test_the_misclassified_pictures_are_the_least_likely_of_each_class():
+    """For each true class, the misclassified pictures by the probability of their true class,
+    lowest first, at most N; pictures predicted right are never among them."""
+    rng = np.random.default_rng(1)
+    probs = rng.dirichlet(np.ones(3) * 0.5, size=60)
+    labels = rng.integers(0, 3, 60)
+    names = [f"p{i}.png" for i in range(60)]
+    got = evaluate_command.misclassified(probs, labels, ["a", "b", "c"], names, per_class=4)
+    expected = []
+    for c, name in enumerate("abc"):  # an independent count: sort each class's mistakes
+        wrong = [i for i in range(60) if labels[i] == c and probs[i].argmax() != c]
+        expected += [(name, names[i]) for i in sorted(wrong, key=lambda i: probs[i, c])[:4]]
+    assert [(g["true"], g["picture"]) for g in got] == expected
+    for g in got:
+        i = g["index"]
+        assert g["true_probability"] == probs[i, labels[i]]
+        assert [p for _, p in g["top"]] == sorted(probs[i], reverse=True)[:3]
+        assert g["top"][0][0] != g["true"]
+    assert evaluate_command.misclassified(probs, labels, ["a", "b", "c"], names, 0) == []
+
+
+def test_evaluate_draws_and_lists_the_misclassified_pictures(run, pictures, tmp_path):
+    """The run's model made to lean towards "cat": the dog and fox pictures it misclassifies,
+    the least likely first, in misclassified.csv and misclassified.png, with the classes it
+    gave them."""
+    import torch
+    from PIL import Image
+
+    from vit_scratch.data import preprocess
+    from vit_scratch.weights import save_checkpoint
+
+    model = load_model(run)
+    with torch.no_grad():
+        model.head.bias.add_(torch.tensor([2.0, 0.0, 0.0]))
+    leaning = tmp_path / "leaning.safetensors"
+    save_checkpoint(model, leaning, class_names=model.class_names)
+    out = tmp_path / "eval"
+    result = evaluate_command.main([str(leaning), "--data", str(pictures), "--gallery", "2",
+                                    "--out", str(out)])
+    files = sorted(pictures.glob("*/*.png"))
+    with torch.no_grad():
+        probs = model(torch.stack([torch.from_numpy(preprocess(Image.open(f), model))
+                                   for f in files])).softmax(-1).numpy()
+    truth = np.array([["cat", "dog", "fox"].index(f.parent.name) for f in files])
+    rows = list(csv.DictReader(open(out / "misclassified.csv")))
+    assert rows and [r["picture"] for r in rows] == [g["picture"] for g in result["misclassified"]]
+    for c, name in enumerate(["cat", "dog", "fox"]):
+        wrong = [i for i in range(len(files)) if truth[i] == c and probs[i].argmax() != c]
+        mine = [r for r in rows if r["true class"] == name]
+        assert [r["picture"] for r in mine] == [str(files[i]) for i in
+                                                sorted(wrong, key=lambda i: probs[i, c])[:2]]
+        for r in mine:
+            assert float(r["true class probability"]) == pytest.approx(
+                probs[files.index(Path(r["picture"])), c], abs=1e-4)
+    assert (out / "misclassified.png").read_bytes()[:4] == b"\x89PNG"
+    evaluate_command.main([str(leaning), "--data", str(pictures), "--gallery", "0",
+                           "--out", str(out)])
+    assert not (out / "misclassified.png").exists()  # not an earlier evaluation's figure
+    assert len(list(csv.reader(open(out / "misclassified.csv")))) == 1  # the header alone
+
+
 def test_evaluate_bad_images(run, pictures, tmp_path, capsys):
     data = tmp_path / "pictures"
     shutil.copytree(pictures, data)
@@ -80,10 +180,34 @@ def test_evaluate_bad_images(run, pictures, tmp_path, capsys):
         evaluate_command.main([str(run), "--data", str(data), "--out", str(tmp_path / "e")])
     err = capsys.readouterr().err
     assert "2.png" in err and "--bad-images skip" in err and "Traceback" not in err
+    assert "cannot be decoded: " + str(data / "fox" / "2.png") in err
+    assert "pass --bad-images skip to leave them out" in err and "train" not in err
     result = evaluate_command.main([str(run), "--data", str(data), "--bad-images", "skip",
                                     "--out", str(tmp_path / "e")])
     assert result["images"] == 47
     assert "left out 1 picture(s)" in capsys.readouterr().err
+    for picture in data.glob("*/*.png"):
+        picture.write_bytes(b"broken")
+    with pytest.raises(SystemExit):
+        evaluate_command.main([str(run), "--data", str(data), "--bad-images", "skip", "--out",
+                               str(tmp_path / "e")])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "none of the 48 picture(s) in" in line and "can be decoded" in line
+
+
+@pytest.mark.parametrize("command", [evaluate_command, predict_command])
+def test_out_at_a_file_is_named_before_anything_runs(command, run, pictures, tmp_path, capsys):
+    blocker = tmp_path / "results.csv"
+    blocker.write_text("a file the student keeps")
+    picture = [str(pictures / "cat" / "0.png")] if command is predict_command else []
+    for out, where in ((blocker, "is a file"), (blocker / "sub", f"is inside the file "
+                                                                f"{str(blocker)!r}")):
+        with pytest.raises(SystemExit) as info:
+            command.main([str(run), *picture, "--out", str(out)])
+        assert info.value.code == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert f"error: --out {str(out)!r} {where}; the command writes a folder of files" in line
+    assert blocker.read_text() == "a file the student keeps"
 
 
 def test_a_checkpoint_of_another_model_in_the_run_is_named(run, pictures, tmp_path, capsys):
@@ -161,3 +285,60 @@ def test_predict_writes_into_the_run_folder_or_beside_the_checkpoint(run, pictur
     shutil.copy(run / BEST, alone)
     predict_command.main([str(alone), picture])
     assert (alone.parent / "predictions" / "predictions.json").is_file()
+
+
+def test_predict_takes_each_picture_once_and_replaces_the_earlier_call(run, pictures, tmp_path,
+                                                                       capsys):
+    """A folder, a pattern over the same pictures and a file named twice: each picture once, in
+    the order first named.  A later call replaces the earlier one's files -- its table and its
+    attention figures, nothing else in the folder -- and says so."""
+    cat = pictures / "cat"
+    out = tmp_path / "out"
+    rows = predict_command.main([str(run), str(cat / "3.png"), str(cat), str(cat / "*.png"),
+                                 str(cat / ".." / "cat" / "3.png"), "--out", str(out)])
+    files = [str(cat / "3.png")] + [str(p) for p in sorted(cat.glob("*.png"))
+                                    if p.name != "3.png"]
+    assert [r["picture"] for r in rows] == files and len(files) == 16
+    assert "replacing" not in capsys.readouterr().out
+    predict_command.main([str(run), str(cat / "0.png"), str(cat / "1.png"), "--attention",
+                          "--out", str(out)])
+    assert f"replacing the earlier predictions in {out}" in capsys.readouterr().out
+    assert len(list(csv.DictReader(open(out / "predictions.csv")))) == 2
+    assert sorted(p.name for p in out.glob("*_attention.png")) == ["0_attention.png",
+                                                                   "1_attention.png"]
+    (out / "notes.txt").write_text("the student's own")
+    again = predict_command.main([str(run), str(pictures / "dog" / "0.png"), "--out", str(out)])
+    assert f"replacing the earlier predictions in {out}" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "predictions.csv",
+                                                     "predictions.json"]  # figures gone
+    table = list(csv.DictReader(open(out / "predictions.csv")))
+    assert [r["picture"] for r in table] == [again[0]["picture"]]
+
+
+def test_predict_says_what_label_smoothing_does_to_the_probabilities(run, pictures, tmp_path,
+                                                                      capsys):
+    """The run trained with label smoothing 0.1 over 3 classes: its targets give the true class
+    1 - 0.1 + 0.1/3 = 0.93, and predict says so; a checkpoint alone, whose training is not
+    known, says nothing."""
+    predict_command.main([str(run), str(pictures / "cat" / "0.png"), "--out",
+                          str(tmp_path / "a")])
+    assert ("the probabilities top out near 0.93: the run trained with label smoothing 0.1, "
+            "whose targets give the true class 1 - 0.1 + 0.1/3 = 0.93, not 1") in \
+        capsys.readouterr().out
+    alone = tmp_path / "alone" / "model.safetensors"
+    alone.parent.mkdir()
+    shutil.copy(run / BEST, alone)
+    predict_command.main([str(alone), str(pictures / "cat" / "0.png")])
+    assert "label smoothing" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--gallery", "-1"], "error: --gallery must be an integer >= 0, got -1"),
+    (["--top-k", "0"], "error: --top-k must be a positive integer, got 0"),
+])
+def test_evaluate_refuses_bad_numbers_in_one_line(run, argv, needle, capsys):
+    with pytest.raises(SystemExit) as info:
+        evaluate_command.main([str(run), *argv])
+    assert info.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith(needle), line

@@ -56,9 +56,12 @@ INDEX = {
     "ex07_conv_position_encoding": {"7.1": ["clipped_relative_indices"], "7.2": ["depthwise_conv2d"],
                                     "7.3": ["conv_rel_pos_enc"]},
     "ex08_coscale": {"8.1": ["bilinear_resize"], "8.2": ["interpolate_tokens"]},
-    "ex10_backprop": {"10.1": ["layer_norm_backward"], "10.2": ["softmax_backward"],
-                      "10.3": ["class_attention_backward"], "10.4": ["factorized_attention_backward"]},
+    "ex10_backprop": {"10.1": ["gelu_tanh_backward"], "10.2": ["talking_heads_backward"],
+                      "10.3": ["class_attention_backward"], "10.4": ["conv_attention_backward"]},
+    "ex11_distillation": {"11.1": ["hard_distillation_heads"],
+                          "11.2": ["drop_path_residual", "drop_path_residual_backward"]},
 }
+FULL_MARKS = 315
 ALL_IDS = [ex_id for entries in INDEX.values() for ex_id in entries]
 
 
@@ -67,7 +70,7 @@ def stub_module(name):
 
 
 def test_the_index_is_complete():
-    assert len(ALL_IDS) == 29 and sorted(CHECKS) == sorted(ALL_IDS)
+    assert len(ALL_IDS) == 31 and sorted(CHECKS) == sorted(ALL_IDS)
     for module, entries in INDEX.items():
         mod = stub_module(module)
         for ex_id, names in entries.items():
@@ -153,6 +156,31 @@ def test_visible_checks_name_what_is_wrong():
     assert out.status == "wrong" and "\n" not in out.message and len(out.message) < 200
     assert "(expected 2, got 0.4)" in out.message
     assert "√d" in out.hint
+
+
+# A slip that gives the right shape and the wrong numbers: each one's visible check says WRONG (the
+# checks use several heads, head groups and non-square grids), not ok.
+LAYOUT_SLIPS = [
+    "heads split in the wrong order (d h)", "merge_heads in (d h) order", "attention: scaled by √d_v instead of √d_k",
+    "rollout renormalised over the columns", "Block: heads merged without the transpose",
+    "class attention: heads split (d h)", "class attention: scaled by 1/√C instead of 1/√d",
+    "talking heads: the softmax over the queries", "CRPE: the image of v channel-major (d h)",
+    "CRPE: the window groups in the wrong order", "bilinear: no half-pixel centres",
+    "bilinear: align_corners=True done the align_corners=False way", "interpolate tokens: reshape without the transpose",
+    "interpolate tokens: align_corners=True", "talking heads backward: the head mixes undone with W instead of Wᵀ",
+    "conv-attention backward: the input's gradient with the kernel not rotated",
+]
+
+
+@needs_hidden
+@needs_solutions
+@pytest.mark.parametrize("name", LAYOUT_SLIPS)
+def test_a_visible_check_reports_a_layout_slip_wrong(name):
+    from exercises.grader.fixtures.mutants import MUTANTS
+
+    mutant = next(m for m in MUTANTS if m.name == name)
+    out = run_check(mutant.exercise, _mutant_module(name))
+    assert out.status == "wrong", out
 
 
 @needs_hidden
@@ -324,7 +352,7 @@ def test_the_reference_solutions_score_full_marks(graded):
     assert [ex["id"] for ex in report["exercises"]] == ALL_IDS
     wrong = {ex["id"]: ex["feedback"] for ex in report["exercises"] if ex["score"] != ex["max_score"]}
     assert not wrong
-    assert report["score"] == report["max_score"] == 293
+    assert report["score"] == report["max_score"] == FULL_MARKS
     assert all(ex["status"] == "graded" and ex["feedback"] == "all checks passed" for ex in report["exercises"])
 
 
@@ -332,7 +360,7 @@ def test_the_reference_solutions_score_full_marks(graded):
 @needs_solutions
 def test_the_stubs_score_zero_without_a_grader_error(graded):
     (_, report), = _reports(graded, "stubs")
-    assert report["score"] == 0 and report["max_score"] == 293
+    assert report["score"] == 0 and report["max_score"] == FULL_MARKS
     for ex in report["exercises"]:
         assert ex["status"] == "not done", ex
         assert "not done yet: raises NotImplementedError('Exercise " in ex["feedback"]
@@ -350,6 +378,72 @@ def test_every_mutant_loses_points_and_hears_why(graded, mutant):
     else:
         part = next(p for p in ex["parts"] if p["name"] == mutant.part)
         assert part["status"] == "failed" and mutant.expect in part["message"], part
+
+
+@needs_hidden
+@needs_solutions
+def test_the_twenty_slips_lose_points_and_the_first_line_of_feedback_names_each(graded):
+    """The twenty plausible wrong solutions of ``exercises/grader/fixtures/slips.py``: the first
+    thing the learner reads names the slip."""
+    from exercises.grader.fixtures.slips import slip_mutants
+
+    mutants = slip_mutants()
+    assert len({m.name for m in mutants}) == 20
+    reports = {id(what): rep for what, rep in _reports(graded, "mutant")}
+    for mutant in mutants:
+        (ex,) = reports[id(mutant)]["exercises"]
+        first = ex["feedback"].splitlines()[0]
+        assert ex["score"] < ex["max_score"] and mutant.expect in first, (mutant.name, ex["feedback"])
+        assert "max |got - expected|" not in first
+
+
+def _near_stub_module(name):
+    import types
+
+    from exercises.grader.fixtures.near_stubs import near_stub
+
+    module = types.ModuleType(name)
+    module.__file__ = str(EXERCISES / f"{name}.py")
+    exec(compile(near_stub((SOLUTIONS / f"{name}.py").read_text()), module.__file__, "exec"), module.__dict__)
+    return module
+
+
+@needs_hidden
+@needs_solutions
+def test_a_near_stub_looks_busy():
+    """What the near-stubs are: functions that raise ValueError on any input; modules with the
+    solution's layers (its state_dict keys, its ValueError for a bad configuration) whose forward
+    returns its input, with a gradient reaching every parameter."""
+    import torch
+
+    mod = _near_stub_module("ex03_vision_transformer")
+    with pytest.raises(ValueError):
+        mod.block_forward(None, None, 2)
+    block, reference = mod.Block(8, 2), stub_module("solutions.ex03_vision_transformer").Block(8, 2)
+    assert list(block.state_dict()) == list(reference.state_dict())
+    with pytest.raises(ValueError):
+        mod.Block(10, 3)
+    x = torch.randn(2, 3, 8)
+    out = block(x)
+    assert torch.equal(out, x)
+    out.sum().backward()
+    assert all(p.grad is not None and bool((p.grad == x.numel()).all()) for p in block.parameters())
+
+
+@needs_hidden
+@needs_solutions
+def test_near_stubs_score_nothing(graded):
+    """Error-handling, gradient-flow and state_dict parts count only once the exercise's forward
+    part passes: a submission that raises ValueError everywhere and declares its layers scores
+    zero, and each such part says what it needs first."""
+    (_, report), = _reports(graded, "near-stubs")
+    assert [ex["id"] for ex in report["exercises"]] == ALL_IDS
+    assert report["score"] == 0 and report["max_score"] == FULL_MARKS, \
+        [(ex["id"], p["name"]) for ex in report["exercises"] for p in ex["parts"] if p["points"]]
+    gated = [p for ex in report["exercises"] for p in ex["parts"]
+             if p["name"].startswith("ValueError") or "gradient" in p["name"] or "state_dict" in p["name"]]
+    assert len(gated) >= 20
+    assert all(p["status"] == "skipped" and p["message"].startswith("needs '") for p in gated), gated
 
 
 @needs_hidden

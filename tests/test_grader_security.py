@@ -123,7 +123,7 @@ def test_a_correct_submission_after_the_attacks_scores_full_marks_and_the_stubs_
     solutions = run["reports"][kinds.index("solutions")]
     stubs = run["reports"][kinds.index("stubs")]
     assert kinds.index("solutions") > max(i for i, k in enumerate(kinds) if k == "attack")
-    assert solutions["score"] == solutions["max_score"] == 293, \
+    assert solutions["score"] == solutions["max_score"] == 315, \
         [(e["id"], e["feedback"]) for e in solutions["exercises"] if e["score"] < e["max_score"]]
     assert stubs["score"] == 0 and {e["status"] for e in stubs["exercises"]} == {"not done"}
 
@@ -170,7 +170,7 @@ def test_the_report_replaces_the_link_at_its_path_and_never_follows_it(run):
     report = Path(run["report_path"])
     assert not report.is_symlink() and report.is_file()
     assert run["victim"] == "a file the grader must not write\n"
-    assert report.read_text().lstrip().startswith("[") and '"score": 293' in report.read_text()
+    assert report.read_text().lstrip().startswith("[") and '"score": 315' in report.read_text()
 
 
 @needs_sandbox

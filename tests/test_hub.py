@@ -127,6 +127,43 @@ def test_an_uncached_file_offline_says_what_to_download_by_hand(tmp_path, offlin
         assert needle in text, needle
 
 
+@pytest.fixture
+def unreachable(monkeypatch):
+    """Online mode, with the Hub's address a local port that nothing listens on: every request
+    fails at once, as on a machine without a network."""
+    import socket
+
+    from huggingface_hub import constants
+
+    with socket.socket() as s:  # a free port, closed again: connections to it are refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    return constants
+
+
+def test_an_unreachable_hub_falls_back_to_the_cache_at_once(hub_cache, unreachable, tmp_path,
+                                                           caplog):
+    """Without a network and without HF_HUB_OFFLINE=1: the cached file, and an uncached one
+    refused, saying why -- after one failed request, without huggingface_hub's retries (a
+    ``hf_hub_download`` alone retries for about half a minute and logs a line per try)."""
+    import logging
+
+    root, files = hub_cache
+    name = "deit_tiny_patch16_224"
+    caplog.set_level(logging.INFO)
+    assert hub.download(name, cache_dir=root) == files[name]
+    with pytest.raises(FileNotFoundError) as info:
+        hub.download(name, cache_dir=tmp_path, option="--pretrained")
+    text = str(info.value)
+    assert text.startswith(f"--pretrained: the Hugging Face Hub ({unreachable.ENDPOINT}) "
+                           f"could not be reached (")
+    assert f"is not in the cache {str(tmp_path)!r}" in text and "--init model.safetensors" in text
+    assert not [r for r in caplog.records if "Retrying" in r.getMessage()]
+
+
 def test_names_without_weights_and_bad_combinations_fail_before_anything_loads(monkeypatch):
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # and nothing is downloaded
     with pytest.raises(ValueError, match="'vit_digits' has no published weights .timm publishes "

@@ -287,3 +287,59 @@ def test_distilled_class_follows_the_config():
         torch_vit.VisionTransformerDistilled(cfg.replace(distilled=False))
     assert vit_scratch.models.family_of(type(plain)) is vit_scratch.models.lookup(
         "vit_tiny_patch16_224")[0]  # the subclass is the ViT family's
+
+
+# --- a checkpoint rebuilt in timm, with its preprocessing ----------------------------------------
+
+
+@pytest.mark.parametrize("name, kwargs", [
+    ("vit_digits", dict(depth=1, num_classes=3)),         # grey, 24 px, mean 0, std 1, bilinear
+    ("deit_tiny_patch16_224", dict(img_size=32, depth=1, num_classes=3)),  # ImageNet's, bicubic
+    ("coat_lite_digits", dict(img_size=32, patch_size=4, num_classes=3)),
+])
+def test_timm_rebuilds_a_checkpoint_with_its_preprocessing(tmp_path, name, kwargs):
+    """``timm.create_model(**timm_kwargs(path))`` carries the file's preprocessing
+    (``pretrained_cfg_overlay``): timm's ``resolve_data_config`` reads our input size, mean,
+    std, crop_pct and interpolation, and a photo through timm's ``create_transform`` and timm's
+    model gives the logits of ours through ``vit_scratch.data.preprocess``."""
+    import timm
+    from PIL import Image
+    from timm.data import create_transform, resolve_data_config
+
+    from matplotlib import cbook
+    from vit_scratch.data import preprocess
+
+    model = vit_scratch.randomize_weights_(vit_scratch.create_model(name, **kwargs)).eval()
+    path = tmp_path / "model.safetensors"
+    vit_scratch.save_checkpoint(model, path, class_names=["a", "b", "c"])
+    oracle = timm.create_model(**vit_scratch.timm_kwargs(path)).eval()
+    config = resolve_data_config({}, model=oracle)
+    ours = model.pretrained_cfg
+    assert config == {k: ours[k] for k in ("input_size", "interpolation", "mean", "std",
+                                           "crop_pct", "crop_mode")}
+    picture = Image.open(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False))
+    picture = picture.convert("L" if ours["input_size"][0] == 1 else "RGB")
+    with torch.no_grad():
+        theirs = oracle(create_transform(**config)(picture)[None])
+        mine = model(torch.from_numpy(preprocess(picture, model))[None])
+    assert theirs.abs().max() > 1e-2 and max_abs_diff(theirs, mine) < 1e-5
+
+
+@pytest.mark.parametrize("metadata, needle", [
+    (dict(model_name="vit_gigantic_patch14_224", model_config="{}"),
+     "unknown model name 'vit_gigantic_patch14_224'"),
+    (dict(model_name="vit_digits", model_config='{"depth": 1, "register_tokens": 4}'),
+     "unknown argument(s) 'register_tokens' for ViTConfig"),
+])
+def test_timm_kwargs_name_the_file_whose_model_is_unknown(tmp_path, metadata, needle):
+    from safetensors.torch import save_file
+
+    from vit_scratch import CheckpointError
+
+    path = tmp_path / "other_version.safetensors"
+    save_file({"w": torch.zeros(1)}, str(path), metadata=metadata)
+    with pytest.raises(CheckpointError) as error:
+        vit_scratch.timm_kwargs(path)
+    assert str(error.value).startswith(f"checkpoint file {str(path)!r}: its metadata does not "
+                                       f"describe a model of this library (")
+    assert needle in str(error.value) and "\n" not in str(error.value)

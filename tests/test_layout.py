@@ -31,7 +31,7 @@ LAYERS = (
     (7, ("plotting",)),  # figures from a model's interface
     (8, ("distributed", "run_folder")),  # torchrun; run folders
     (9, ("training", "train", "numpy_backend")),  # the trainer, its command, its NumPy backend
-    (10, ("evaluate", "predict")),  # the commands that use what the trainer saved
+    (10, ("evaluate", "predict", "export")),  # the commands that use what the trainer saved
 )
 
 

@@ -6,6 +6,7 @@ feature extraction, pruning, resizing, the factory's keywords, ``group_matcher``
 """
 import copy
 
+import numpy as np
 import pytest
 import torch
 
@@ -237,6 +238,51 @@ def test_features_only(name):
         vit_scratch.create_model(name, features_only=True, feature_cls="hook")
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_features_only_prunes_what_timm_prunes(name):
+    """A backbone keeps exactly the parameters timm's keeps (``features_only=True``, the
+    default maps and the first one): the final norm and the head are gone, and so are the
+    blocks (CoaT: the scales) after the last map."""
+    import timm
+
+    kwargs = {k: v for k, v in SMALL[name].items() if k != "drop_path_rate"}
+    if name == "cait_xxs24_224":
+        kwargs["init_values"] = 0.1
+    for out_indices in (None, (0,)):
+        extra = {} if out_indices is None else dict(out_indices=out_indices)
+        ours = vit_scratch.create_model(name, features_only=True, **kwargs, **extra)
+        theirs = timm.create_model(name, features_only=True, **kwargs, **extra)
+        assert set(ours.state_dict()) == set(theirs.state_dict()), out_indices
+    assert not any(k.startswith(("model.norm.", "model.head.")) for k in ours.state_dict())
+
+
+def test_feature_options_need_features_only():
+    """``out_indices`` and ``feature_cls`` belong to the backbone: without
+    ``features_only=True`` they are a ``TypeError`` saying why.  timm passes ``feature_cls``
+    to the model class, which refuses it so, and drops ``out_indices`` without a word (a
+    forgotten ``features_only=True`` then goes unnoticed); an empty ``out_indices`` asks for
+    no map at all."""
+    import timm
+
+    kwargs = dict(img_size=32, depth=2)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'feature_cls'"):
+        timm.create_model("vit_tiny_patch16_224", feature_cls="getter", **kwargs)
+    for extra in (dict(out_indices=(1,)), dict(feature_cls="getter"),
+                  dict(features_only=False, out_indices=(1,))):
+        with pytest.raises(TypeError, match=r"without features_only=True: it is an option of "
+                                            r"the backbone of feature maps"):
+            vit_scratch.create_model("vit_tiny_patch16_224", **kwargs, **extra)
+    vit_scratch.create_model("vit_tiny_patch16_224", out_indices=None, **kwargs)  # None: unset
+    with pytest.raises(ValueError, match=r"^out_indices is empty: ask for at least one of the "
+                                         r"2 feature maps \(None: all of them\)$"):
+        vit_scratch.create_model("vit_tiny_patch16_224", features_only=True, out_indices=[],
+                                 **kwargs)
+    with pytest.raises(ValueError, match=r"^out_indices contains 4, but there are 4 feature "
+                                         r"maps \(valid: -4\.\.3\)$"):
+        vit_scratch.create_model("coat_lite_tiny", features_only=True, out_indices=[4],
+                                 img_size=64)
+
+
 # --- the input size -------------------------------------------------------------------------------
 
 
@@ -266,6 +312,34 @@ def test_set_input_size_and_dynamic_img_size(name, tmp_path):
         model.set_input_size(patch_size=4)
 
 
+@pytest.mark.parametrize("name", ["vit_tiny_patch16_224", "cait_xxs24_224"])
+def test_dynamic_img_size_resizes_to_the_grid_of_a_non_square_input(name, tmp_path):
+    """On a 40 × 24 input (a 5 × 3 grid of patches), ``dynamic_img_size`` gives the logits of
+    the model built at 40 × 24 with the checkpoint loaded (its position embedding resized once,
+    to 5 × 3); the 3 × 5 grid -- the same number of positions, transposed -- gives others.
+    ViT: timm's ``dynamic_img_size`` model too."""
+    from vit_scratch.torch_nn.patch_embed import resize_pos_embed
+
+    model = small(name).eval()
+    vit_scratch.save_checkpoint(model, tmp_path / "m.safetensors")
+    dynamic = small(name, dynamic_img_size=True).eval()
+    dynamic.load_state_dict(model.state_dict())
+    built = vit_scratch.create_model(name, **{**SMALL[name], "img_size": (40, 24)}).eval()
+    vit_scratch.load_checkpoint(built, tmp_path / "m.safetensors")
+    x = images(model, size=(40, 24))
+    with torch.no_grad():
+        got = dynamic(x)
+        assert max_abs_diff(got, built(x)) < 1e-5
+        prefix = model.pos_embed_prefix_tokens
+        for grid, close in (((5, 3), True), ((3, 5), False)):
+            pos = resize_pos_embed(model.pos_embed, grid, old_grid=(4, 4), num_prefix_tokens=prefix)
+            assert torch.allclose(dynamic.position_embedding(x), pos, atol=1e-6) is close
+    if name.startswith("vit"):
+        oracle, ours = make_pair(name, **{**SMALL[name], "dynamic_img_size": True})
+        with torch.no_grad():
+            assert max_abs_diff(ours(x), oracle(x)) < 1e-5
+
+
 # --- the factory and the metadata -----------------------------------------------------------------
 
 
@@ -283,6 +357,91 @@ def test_factory_keywords_device_dtype_and_tags():
         vit_scratch.create_model("coat_lite_tiny", global_pool="")
     with pytest.raises(TypeError):
         vit_scratch.create_model("vit_tiny_patch16_224", not_a_model_arg=1)
+
+
+def test_pretrained_cfg_overlay_knows_timms_keys():
+    import dataclasses
+
+    from timm.models import PretrainedCfg
+
+    assert set(vit_scratch.models.PRETRAINED_CFG_KEYS) == {
+        f.name for f in dataclasses.fields(PretrainedCfg)}
+
+
+def test_pretrained_cfg_overlay_loads_a_local_file_as_timm(tmp_path):
+    """timm's idiom for published weights kept in a local file, ``pretrained=True,
+    pretrained_cfg_overlay=dict(file=PATH)``: the file loads (strictly, the head adapted) in
+    both rooms, as in timm, for a name with published weights and for one without."""
+    import timm
+
+    kwargs = dict(img_size=32, depth=1, num_classes=3)
+    saved = vit_scratch.randomize_weights_(
+        vit_scratch.create_model("deit_tiny_patch16_224", **kwargs), seed=3).eval()
+    path = tmp_path / "weights.safetensors"
+    vit_scratch.save_checkpoint(saved, path)
+    overlay = dict(file=str(path), num_classes=3)  # timm keeps a head of the file's classes
+    ours = vit_scratch.create_model("deit_tiny_patch16_224", pretrained=True,
+                                    pretrained_cfg_overlay=overlay, **kwargs).eval()
+    theirs = timm.create_model("deit_tiny_patch16_224", pretrained=True,
+                               pretrained_cfg_overlay=overlay, **kwargs).eval()
+    in_numpy = vit_scratch.create_numpy_model("deit_tiny_patch16_224", pretrained=True,
+                                              pretrained_cfg_overlay=overlay, **kwargs)
+    x = images(saved)
+    with torch.no_grad():
+        expected = saved(x)
+        assert expected.abs().max() > 1e-2
+        assert max_abs_diff(ours(x), expected) == 0 and max_abs_diff(theirs(x), expected) < 1e-5
+    assert max_abs_diff(in_numpy(x.numpy()), expected) < 1e-4
+    assert ours.pretrained_cfg["file"] == in_numpy.pretrained_cfg["file"] == str(path)
+    digits = vit_scratch.randomize_weights_(vit_scratch.create_model("vit_digits", depth=1))
+    vit_scratch.save_checkpoint(digits, tmp_path / "digits.safetensors")
+    loaded = vit_scratch.create_model("vit_digits", depth=1, pretrained=True,
+                                      pretrained_cfg_overlay=dict(file=str(tmp_path / "digits"
+                                                                                      ".safetensors")))
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(),
+                                                 digits.state_dict().values()))
+
+
+def test_pretrained_cfg_overlay_gives_the_preprocessing_and_the_input_as_timm():
+    """The overlay's entries replace the name's ``pretrained_cfg`` entries; its ``input_size``
+    gives ``in_chans`` and ``img_size`` unless they are given (timm's rule): timm's
+    ``resolve_data_config`` reads from our model what it reads from timm's, and
+    ``vit_scratch.data.preprocess`` follows it."""
+    import timm
+    from PIL import Image
+    from timm.data import resolve_data_config
+
+    from vit_scratch.data import preprocess
+
+    data = dict(input_size=(1, 32, 48), mean=(0.5,), std=(0.25,), crop_pct=1.0,
+                interpolation="bilinear")
+    ours = vit_scratch.create_model("vit_tiny_patch16_224", depth=1, pretrained_cfg_overlay=data)
+    theirs = timm.create_model("vit_tiny_patch16_224", depth=1, pretrained_cfg_overlay=data)
+    assert ours.cfg.in_chans == 1 and ours.cfg.img_size == (32, 48)
+    assert theirs.patch_embed.proj.in_channels == 1 and theirs.patch_embed.img_size == (32, 48)
+    assert resolve_data_config({}, model=ours) == resolve_data_config({}, model=theirs)
+    picture = Image.fromarray((np.arange(64 * 96) % 256).astype(np.uint8).reshape(64, 96))
+    resized = np.asarray(picture.resize((48, 32), Image.BILINEAR), dtype=np.float32)[None]
+    assert np.allclose(preprocess(picture, ours), (resized / 255 - 0.5) / 0.25, atol=1e-6)
+    numpy_model = vit_scratch.create_numpy_model(
+        "vit_tiny_patch16_224", vit_scratch.state_dict_to_numpy(ours.state_dict()), depth=1,
+        pretrained_cfg_overlay=data)
+    assert numpy_model.pretrained_cfg == ours.pretrained_cfg
+
+
+def test_a_checkpoint_keeps_the_preprocessing_of_its_overlay(tmp_path):
+    """A model built with another preprocessing, saved, comes back with it (``load_model``:
+    what ``predict``, ``evaluate`` and ``export`` read)."""
+    from vit_scratch.run_folder import load_model
+
+    data = dict(mean=(0.3, 0.3, 0.3), std=(0.2, 0.2, 0.2), crop_pct=0.8,
+                interpolation="bilinear")
+    model = vit_scratch.create_model("deit_tiny_patch16_224", img_size=32, depth=1,
+                                     num_classes=2, pretrained_cfg_overlay=data)
+    vit_scratch.save_checkpoint(model, tmp_path / "m.safetensors", class_names=["a", "b"])
+    loaded = load_model(tmp_path / "m.safetensors")
+    assert {k: loaded.pretrained_cfg[k] for k in data} == data
+    assert loaded.pretrained_cfg == model.pretrained_cfg
 
 
 @pytest.mark.parametrize("name", ["vit_tiny_patch16_224", "coat_lite_tiny"])

@@ -1,8 +1,9 @@
 """The class project as the pages teach it: README.md's "Class project" walk-through runs, command
-by command and in order, in a fresh folder holding a small generated ``my_pictures/`` (three
-classes), two new pictures and a timm-format DeiT-tiny file; then docs/library.md's class-project
-section runs its Python blocks in the same folder, on the run the README trained.  The sections
-cannot rot.
+by command and in order, in a fresh folder holding a small generated ``my_pictures/`` (crops of
+three photographs, ``tests/photo_pictures.py``: 15 pictures a class of 40-300 pixels, JPEG, PNG,
+RGBA and grey), two new pictures and a timm-format DeiT-tiny file; then docs/library.md's
+class-project section runs its Python blocks in the same folder, on the run the README trained.
+The sections cannot rot.
 
 How each command runs:
 
@@ -29,7 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md", "## Class project")
 WALK_THROUGH = (ROOT / "docs" / "library.md", "## Using vit_scratch in a class project")
 QUICK = ["--epochs", "1", "--threads", "1", "--progress", "off"]
-CLASSES = ["cat", "dog", "fox"]
+#: The classes of my_pictures/ and the photographs their pictures are cut from.
+PHOTOGRAPHS = {"cat": "chelsea", "cup": "coffee", "rocket": "rocket"}
+CLASSES = list(PHOTOGRAPHS)
 DEIT_FILE = "deit_tiny_patch16_224.safetensors"
 
 
@@ -55,16 +58,14 @@ def shell_commands(code: str) -> list[list[str]]:
 
 
 def make_pictures(root: Path, per_class: int = 15) -> None:
-    """Small PNGs, one subfolder per class, class i brighter than class i - 1: 15 a class leave
-    9 test, 32 train and 4 validation pictures (at least one of each class)."""
-    from PIL import Image
+    """Crops of three photographs (:data:`PHOTOGRAPHS`), one subfolder per class: 15 a class
+    leave 9 test, 32 train and 4 validation pictures (at least one of each class)."""
+    pytest.importorskip("skimage")
+    from photo_pictures import make_photo_pictures
 
-    rng = np.random.default_rng(0)
-    for i, name in enumerate(CLASSES):
-        (root / name).mkdir(parents=True)
-        for j in range(per_class):
-            pixels = rng.normal(50 + 70 * i, 25, (20, 24, 3)).clip(0, 255).astype(np.uint8)
-            Image.fromarray(pixels).save(root / name / f"{j}.png")
+    make_photo_pictures(root, "photos", counts={p: per_class for p in PHOTOGRAPHS.values()})
+    for name, photo in PHOTOGRAPHS.items():
+        (root / photo).rename(root / name)
 
 
 def make_timm_file(path: Path) -> None:
@@ -120,10 +121,13 @@ def project(tmp_path_factory):
     """The README's walk-through, run once in a fresh folder: (folder, [(argv, result)])."""
     root = tmp_path_factory.mktemp("project")
     make_pictures(root / "my_pictures")
-    for name, brightness in (("new_cat.jpg", 50), ("new_dog.png", 120)):
-        from PIL import Image
+    from PIL import Image
 
-        Image.fromarray(np.full((30, 30, 3), brightness, np.uint8)).save(root / name)
+    from photo_pictures import crop, photograph
+
+    rng = np.random.default_rng(1)
+    for name, source in (("new_cat.jpg", "chelsea"), ("new_dog.png", "astronaut")):
+        Image.fromarray(crop(photograph(source), rng)).save(root / name)
     make_timm_file(root / DEIT_FILE)
     log: list = []
     namespace: dict = {}

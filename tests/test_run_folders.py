@@ -15,7 +15,7 @@ from test_training import (  # noqa: F401 (picture_run, pictures: fixtures)
     TINY, TINY_ARGS, make_pictures, picture_args, picture_run, pictures, quiet)
 from vit_scratch import evaluate as evaluate_command
 from vit_scratch import predict as predict_command
-from vit_scratch.run_folder import BEST, CHECKPOINT, METRICS, SETTINGS, load_model
+from vit_scratch.run_folder import BEST, CHECKPOINT, METRICS, SETTINGS, STATE, load_model
 from vit_scratch.train import TrainSettings, main, train
 from vit_scratch.weights import read_state_dict
 
@@ -161,6 +161,30 @@ def test_a_truncated_checkpoint_is_named(run, tmp_path, capsys, pictures):
     assert f"checkpoint file {str(copy / BEST)!r}" in line and "damaged" in line
     (line,) = failure(predict_command.main, [str(copy), str(pictures / "cat" / "0.png")], capsys)
     assert f"checkpoint file {str(copy / BEST)!r}" in line and "damaged" in line
+
+
+def test_a_damaged_trainer_state_is_named_with_what_to_do(run, tmp_path, capsys):
+    """--resume on a trainer_state.pt that is not a PyTorch file, a truncated one, or one that
+    lacks what the run needs: one line naming the file, and the way on (the last epoch's
+    weights, --init; or --overwrite) -- never a traceback."""
+    copy = tmp_path / "pets"
+    shutil.copytree(run, copy)
+    whole = (run / STATE).read_bytes()
+    for damage, needle in ((b"not a torch file", "torch.load cannot read it"),
+                           (whole[:len(whole) // 2], "torch.load cannot read it"),
+                           ({"epoch": 4, "settings": {}}, "it lacks optimizer (a dict), "
+                                                          "history (a list)"),
+                           ({**torch.load(run / STATE, weights_only=True), "best_epoch": 9},
+                            "its epoch 4, best epoch 9 and history of 4 epochs disagree")):
+        if isinstance(damage, bytes):
+            (copy / STATE).write_bytes(damage)
+        else:
+            torch.save(damage, copy / STATE)
+        (line,) = failure(main, ["--out", str(copy), "--resume", "--epochs", "6"], capsys)
+        assert line.startswith(f"python -m vit_scratch.train: error: {str(copy / STATE)!r} is "
+                               f"damaged: ") and needle in line, line
+        assert line.endswith(f"--init {copy / CHECKPOINT} and another --out, or start again "
+                             f"with --overwrite")
 
 
 def test_predict_without_pictures_says_so(run, tmp_path, capsys):

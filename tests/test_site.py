@@ -1,15 +1,20 @@
 """The course site builds (`mkdocs build`, as the README says), and what it shows is whole:
-every notebook and every exercise file has its page, every page of the navigation exists, every
-internal link and image resolves, and the instructors' folders are never published.
+every notebook and every exercise file has its page, every notebook page offers its notebook for
+download and shows no cell tags, every page of the navigation exists, every internal link and
+image resolves, and the instructors' folders are never published. The site is built with a
+repository address (``VIT_SCRATCH_REPO_URL``), so the header's link to it is checked too.
 
 Where Debian's `chromium` is installed, every page of the built site is also opened in it,
 headless, from a local server, after its scripts ran (the DevTools protocol over a pipe, two
 tabs at a time). A page fails on "[Math Processing Error]", a TeX error or an undefined macro,
-TeX left as text (``$...$``, ``\\(``, ``\\frac``) outside code, a broken image, or a request that
-failed (a 404 asked for by the page or by its scripts, such as MathJax's font tables). Pages
-with planted faults prove the checker finds each kind; three pages are also drawn at phone
-width (390 px), checked for cut-off code and tables, and kept as screenshots (paths printed).
-Without Chromium those tests skip, saying why."""
+TeX left as text (``$...$``, ``\\(``, ``\\frac``) outside code, a broken image, a request that
+failed (a 404 asked for by the page or by its scripts, such as MathJax's font tables), an error
+in the browser's console (an uncaught exception, ``console.error``; MathJax's probe of a font at
+``about:blank`` excepted), a notebook page without a visible download link, or a cell tag shown.
+Pages with planted faults prove the checker finds each kind; three pages are also drawn at phone
+width (390 px), checked for cut-off code and tables and for copy buttons over code, and kept as
+screenshots (paths printed); a notebook page is read in the dark palette, checked for outputs
+too faint to read. Without Chromium those tests skip, saying why."""
 from __future__ import annotations
 
 import ast
@@ -39,13 +44,21 @@ DOCS = sorted((ROOT / "docs").glob("*.md"))
 EXERCISES = sorted((ROOT / "exercises").glob("ex[0-9][0-9]_*.py"))
 
 
+# A repository address for the test's build (mkdocs.yml: repo_url), so that the header's link is
+# drawn and checked; a GitHub address is the case where Material's own link would ask GitHub's API
+# for the repository's stars from the reader's browser (a failed request here, offline).
+REPO_URL = "https://github.com/example/vit-scratch"
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     from mkdocs.commands.build import build
     from mkdocs.config import load_config
 
     site_dir = tmp_path_factory.mktemp("site") / "site"
-    config = load_config(str(ROOT / "mkdocs.yml"), site_dir=str(site_dir), strict=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VIT_SCRATCH_REPO_URL", REPO_URL)
+        config = load_config(str(ROOT / "mkdocs.yml"), site_dir=str(site_dir), strict=True)
     build(config)  # strict: a warning (a broken link, a missing page) fails the build
     return site_dir
 
@@ -80,8 +93,35 @@ def test_every_notebook_page_shows_its_figures(site, notebook):
     embedded = len(re.findall(r'<img[^>]+src="data:image/(?:png|jpeg|svg\+xml)', page))
     assert image_outputs(notebook) > 0
     assert embedded >= image_outputs(notebook)
-    assert (site / "notebooks" / notebook.name).is_file()  # "download the notebook"
     assert "MathJax.js" in page
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[nb.stem for nb in NOTEBOOKS])
+def test_every_notebook_page_offers_its_notebook_and_hides_cell_tags(site, notebook):
+    page = html(site, f"notebooks/{notebook.stem}.html")
+    links = re.findall(r'<a href="([^"]+)" download\b', page)
+    assert links == [notebook.name], links  # one link, to the notebook beside the page
+    assert (site / "notebooks" / notebook.name).read_bytes() == notebook.read_bytes()
+    # mkdocs-jupyter draws a code cell's tags (nbval-check-output, for CI) in a bar above its code
+    assert "celltoolbar" not in page and "cell-tag" not in page
+
+
+def test_no_other_page_has_a_notebook_download_link(site):
+    for page in ["index.html", "docs/glossary.html", "exercises/ex01_patch_embedding.html"]:
+        assert "notebook-download" not in html(site, page), page
+
+
+def test_repository_link_is_drawn_only_where_an_address_is_given(site, monkeypatch):
+    """No public address is published, so the site links to none unless the builder names one;
+    named, the header links to it, and nothing asks another server for the repository's facts."""
+    from mkdocs.config import load_config
+
+    monkeypatch.delenv("VIT_SCRATCH_REPO_URL", raising=False)
+    plain = load_config(str(ROOT / "mkdocs.yml"))
+    assert plain.repo_url is None and not plain.edit_uri
+    links = re.findall(rf'<a href="{re.escape(REPO_URL)}"[^>]*>', html(site, "index.html"))
+    assert len(links) == 2  # the header's, and the navigation drawer's on a phone
+    assert all('class="md-source"' in link and "data-md-component" not in link for link in links)
 
 
 LINK = re.compile(r"""<(?:a|img|link|script)\b[^>]*?\b(?:href|src)=["']([^"']+)["']""")
@@ -171,6 +211,11 @@ needs_chromium = pytest.mark.skipif(
                              "chromium; .ci/run installs it where it can): not installed here")
 TABS = 2  # pages rendered at once: CI has two cores
 PAGE_SECONDS = 90  # one page, from navigation to the end of MathJax's typesetting
+# The one console error a page may show: MathJax 2 tests whether a web font is available by
+# loading one from about:blank, which Chromium refuses and logs (the refusal, and the failed
+# load). It is harmless: the fonts themselves load from the site.
+KNOWN_CONSOLE_ERROR = re.compile(r"Access to font at 'about:blank'|"
+                                 r"^Failed to load resource: net::ERR_FAILED about:blank$")
 
 
 class Chromium:
@@ -229,42 +274,57 @@ class Chromium:
             raise RuntimeError(f"{method}: {reply['error']}")
         return reply["result"]
 
-    def open(self, url: str, **metrics) -> tuple[str, str, queue.Queue, dict]:
+    def open(self, url: str, dark: bool = False, **metrics) -> tuple[str, str, queue.Queue, dict]:
         """A new tab at ``url`` (optionally with ``Emulation.setDeviceMetricsOverride``'s
-        ``metrics``), once its load event fired: (target, session, its events, its requests)."""
+        ``metrics``; ``dark``: a reader whose system prefers dark colours), once its load event
+        fired: (target, session, its events, what went wrong: failed requests and console
+        errors)."""
         target = self.send("Target.createTarget", url="about:blank")["targetId"]
         session = self.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         events = self._events[session] = queue.Queue()
         if metrics:
             self.send("Emulation.setDeviceMetricsOverride", session, **metrics)
-        self.send("Network.enable", session)
-        self.send("Page.enable", session)
+        if dark:
+            self.send("Emulation.setEmulatedMedia", session,
+                      features=[{"name": "prefers-color-scheme", "value": "dark"}])
+        for domain in ("Network", "Page", "Runtime", "Log"):
+            self.send(f"{domain}.enable", session)
         self.send("Page.navigate", session, url=url)
-        requests: dict = {"failed": [], "urls": {}}
+        found: dict = {"failed": [], "console": [], "urls": {}}
         deadline = time.monotonic() + PAGE_SECONDS
-        while not self._network(events.get(timeout=max(1, deadline - time.monotonic())),
-                                requests):
+        while not self._record(events.get(timeout=max(1, deadline - time.monotonic())), found):
             pass
-        return target, session, events, requests
+        return target, session, events, found
 
     @staticmethod
-    def _network(event: dict, requests: dict) -> bool:
-        """Records a failed request; True once the page's load event fired."""
+    def _record(event: dict, found: dict) -> bool:
+        """Records a failed request or a console error; True once the page's load event fired."""
         method, params = event["method"], event["params"]
         if method == "Network.requestWillBeSent":
-            requests["urls"][params["requestId"]] = params["request"]["url"]
+            found["urls"][params["requestId"]] = params["request"]["url"]
         elif method == "Network.responseReceived" and params["response"]["status"] >= 400:
-            requests["failed"].append(f"HTTP {params['response']['status']}: "
-                                      f"{params['response']['url']}")
+            found["failed"].append(f"HTTP {params['response']['status']}: "
+                                   f"{params['response']['url']}")
         elif method == "Network.loadingFailed" and not params.get("canceled"):
-            url = requests["urls"].get(params["requestId"], "?")
+            url = found["urls"].get(params["requestId"], "?")
             if not url.startswith(("about:", "data:")):  # MathJax's blank frame, and images
-                requests["failed"].append(f"{params['errorText']}: {url}")
+                found["failed"].append(f"{params['errorText']}: {url}")
+        elif method == "Runtime.exceptionThrown":
+            details = params["exceptionDetails"]
+            found["console"].append("uncaught: " + details.get("exception", {}).get(
+                "description", details.get("text", "?")).split("\n")[0])
+        elif method == "Runtime.consoleAPICalled" and params["type"] in ("error", "assert"):
+            found["console"].append(f"console.{params['type']}: " + " ".join(
+                str(arg.get("value", arg.get("description", ""))) for arg in params["args"]))
+        elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
+            entry = params["entry"]
+            if not KNOWN_CONSOLE_ERROR.search(f"{entry['text']} {entry.get('url', '')}"):
+                found["console"].append(f"console ({entry['source']}): {entry['text']}")
         return method == "Page.loadEventFired"
 
-    def close_tab(self, target: str, session: str, events: queue.Queue, requests: dict):
+    def close_tab(self, target: str, session: str, events: queue.Queue, found: dict):
         while not events.empty():
-            self._network(events.get(), requests)
+            self._record(events.get(), found)
         self.send("Target.closeTarget", targetId=target)
         self._events.pop(session, None)
 
@@ -344,11 +404,19 @@ new Promise(function (resolve) {
     }
     return parts.join("");
   }
+  function shown(selector) {
+    return Array.from(document.querySelectorAll(selector))
+      .filter(function (e) { return e.checkVisibility(); });
+  }
   function report(timedOut) {
     var text = visibleText(), errors = signals.slice();
     document.querySelectorAll(".MathJax_Error, .MathJax .merror, .MathJax .noError")
       .forEach(function (e) { errors.push("error shown: " + e.textContent.slice(0, 80)); });
     resolve({
+      // a page made from a notebook offers the notebook, and shows no cell tags
+      noDownload: document.querySelector(".jupyter-wrapper") !== null
+        && shown('a[download][href$=".ipynb"]').length === 0,
+      cellTags: shown(".celltoolbar, .cell-tag").map(function (e) { return e.textContent.trim(); }),
       timedOut: timedOut === true,
       formulas: window.MathJax && MathJax.Hub ? MathJax.Hub.getAllJax().length : 0,
       errors: errors,
@@ -384,13 +452,16 @@ def page_problems(browser: Chromium, url: str) -> tuple[list[str], int]:
     except queue.Empty:
         answer = {"exceptionDetails": f"no answer in {PAGE_SECONDS} s"}
     browser.close_tab(*tab)
+    problems = tab[3]["failed"] + tab[3]["console"]
     if "exceptionDetails" in answer:
-        return tab[3]["failed"] + [f"the check failed: {answer['exceptionDetails']}"], 0
+        return problems + [f"the check failed: {answer['exceptionDetails']}"], 0
     found = answer["result"]["value"]
-    problems = list(tab[3]["failed"])
     problems += ["MathJax never finished"] * found["timedOut"] + found["errors"]
     problems += [f"TeX shown as text: {' '.join(text.split())!r}" for text in found["rawTex"]]
     problems += [f"broken image: {src}" for src in found["broken"]]
+    problems += ["a notebook page without a visible download link"] * found["noDownload"]
+    problems += [f"cell tags shown: {', '.join(sorted(set(found['cellTags'])))}"
+                 for _ in found["cellTags"][:1]]
     return problems, found["formulas"]
 
 
@@ -445,6 +516,18 @@ def planted_site(site: Path, folder: Path) -> dict[str, str]:
         # maths the Markdown step did not mark as maths stays TeX
         "docs/raw.html": (glossary.replace("</article>", r"<p>$x^2$ and \(y\)</p></article>", 1),
                           "TeX shown as text"),
+        # a script that fails, and one that logs an error
+        "docs/script.html": (glossary.replace("</article>", "<script>console.error('planted'); "
+                                              "window.noSuchFunction();</script></article>", 1),
+                             "uncaught: TypeError: window.noSuchFunction is not a function"),
+        # a notebook page without its download link, and with its first code cell's tags shown
+        "notebooks/nolink.html": (re.sub(
+            r'<div class="notebook-download">.*?</div>', "", notebook.replace(
+                '<div class="CodeMirror cm-s-jupyter">', '<div class="celltoolbar"><div class='
+                '"button_container tags_button_container"><span class="tag-container"><span '
+                'class="cell-tag">nbval-check-output</span></span></div></div>'
+                '<div class="CodeMirror cm-s-jupyter">', 1), count=1, flags=re.S),
+            "a notebook page without a visible download link"),
     }
     for page, (text, _) in plants.items():
         assert text != html(site, "notebooks/04_layerscale.html" if "notebooks" in page
@@ -463,6 +546,8 @@ def test_checker_reports_planted_faults(site, browser, serve, tmp_path):
         print(f"{page}:\n    " + problems.replace("\n", "\n    "))
         assert kind in problems, f"{page}: {kind!r} not reported:\n{problems}"
     assert "HTTP 404" in "\n".join(results["docs/image.html"][0])
+    assert "console.error: planted" in results["docs/script.html"][0]
+    assert "cell tags shown: nbval-check-output" in results["notebooks/nolink.html"][0]
     assert any("fonts/TeX/fontdata.js" in problem for problem in results["notebooks/fonts.html"][0])
     assert any("fontdata.js" in failure for failure in failed_requests)
     assert len(results["notebooks/fonts.html"][0]) >= 6  # the six primes of the table, at least
@@ -474,7 +559,15 @@ PHONE_PAGES = [("index.html", "#what-each-notebook-covers"),
                ("notebooks/04_layerscale.html", ".jp-CodeCell"),
                ("exercises/ex03_vision_transformer.html", "h2")]
 LAYOUT = """
-(function (selector) {
+new Promise(function (resolve) {  // once Material's script has given the code blocks their buttons
+  var start = Date.now();
+  (function wait() {
+    if (document.querySelector("pre > code") && !document.querySelector("pre > .md-code__nav")
+        && Date.now() - start < 10000) { setTimeout(wait, 100); return; }
+    resolve();
+  })();
+}).then(function () {
+  var selector = %s;
   var width = document.documentElement.clientWidth;
   var cut = Array.from(document.querySelectorAll("table[data-layout=rows] td"))
     .filter(function (td) { return td.getBoundingClientRect().right > width + 1; }).length;
@@ -482,23 +575,42 @@ LAYOUT = """
     var editor = cell.querySelector(".jp-InputArea-editor");
     return editor.getBoundingClientRect().width / cell.getBoundingClientRect().width;
   });
+  // copy buttons (Material's on code blocks, mkdocs-jupyter's on code cells) drawn over the
+  // visible text of the code they copy
+  function overlap(a, b) {
+    return a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1;
+  }
+  var buttons = document.querySelectorAll("pre > .md-code__nav, .jupyter-wrapper .zeroclipboard-container");
+  var covering = Array.from(buttons).filter(function (button) {
+    var code = button.closest("pre, .jp-InputArea-editor").querySelector("code, pre");
+    var box = button.getBoundingClientRect(), view = code.getBoundingClientRect();
+    var range = document.createRange();
+    range.selectNodeContents(code);
+    return Array.from(range.getClientRects()).some(function (line) {
+      return line.left < view.right && line.right > view.left && overlap(box, line);
+    });
+  }).map(function (button) {
+    return button.closest("pre, .jp-InputArea-editor").textContent.trim().slice(0, 60);
+  });
   document.querySelector(selector).scrollIntoView();
   window.scrollBy(0, -60);
   return {pageWidth: document.documentElement.scrollWidth, width: width, cutCells: cut,
           narrowestCode: code.length ? Math.min.apply(null, code) : 1,
-          rowTables: document.querySelectorAll("table[data-layout=rows]").length};
-})(%s)
+          rowTables: document.querySelectorAll("table[data-layout=rows]").length,
+          copyButtons: buttons.length, covering: covering};
+})
 """
 
 
 @needs_chromium
 def test_pages_fit_a_phone(site, browser, serve, tmp_path):
     """At 390 px: no page wider than the screen, code cells across the whole width (not beside an
-    "In [n]:" column), tables of prose one row at a time with nothing cut off."""
+    "In [n]:" column), no copy button over the code it copies, tables of prose one row at a time
+    with nothing cut off."""
     base, _ = serve(site)
     for page, selector in PHONE_PAGES:
         tab = browser.open(base + page, **PHONE)
-        layout = browser.send("Runtime.evaluate", tab[1], returnByValue=True,
+        layout = browser.send("Runtime.evaluate", tab[1], returnByValue=True, awaitPromise=True,
                               expression=LAYOUT % json.dumps(selector))["result"]["value"]
         time.sleep(0.3)  # let the scroll settle
         shot = tmp_path / (page.replace("/", "_").replace(".html", "") + "-390px.png")
@@ -509,5 +621,98 @@ def test_pages_fit_a_phone(site, browser, serve, tmp_path):
         assert layout["pageWidth"] <= layout["width"], (page, layout)
         assert layout["cutCells"] == 0, (page, layout)
         assert layout["narrowestCode"] > 0.9, (page, layout)
+        assert layout["copyButtons"] > 0 and not layout["covering"], (page, layout)
         assert shot.stat().st_size > 10_000
     assert "data-layout" in html(site, "index.html")
+
+
+# In the dark palette: the contrast (WCAG's ratio of relative luminances) of every piece of text of
+# the notebooks' outputs and of the download link, against the colour behind it
+CONTRAST = """
+new Promise(function (resolve) {  // once the palette that follows the system is applied
+  var start = Date.now();
+  (function wait() {
+    if (document.body.dataset.mdColorScheme !== "slate" && Date.now() - start < 10000) {
+      setTimeout(wait, 100); return;
+    }
+    setTimeout(resolve, 600);  // Material's colour transitions
+  })();
+}).then(function () {
+  function rgba(text) {
+    var m = text.match(/rgba?\\(([^)]+)\\)/), p = m ? m[1].split(/[ ,\\/]+/).map(Number) : [0, 0, 0, 0];
+    return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
+  }
+  function over(top, bottom) {
+    return [0, 1, 2].map(function (i) { return top[i] * top[3] + bottom[i] * (1 - top[3]); }).concat(1);
+  }
+  function behind(element) {  // the backgrounds down to the first opaque one, composited
+    var layers = [];
+    for (var e = element; e; e = e.parentElement) {
+      var colour = rgba(getComputedStyle(e).backgroundColor);
+      if (colour[3] > 0) layers.push(colour);
+      if (colour[3] >= 1) break;
+    }
+    return layers.reduceRight(function (below, layer) { return over(layer, below); }, [255, 255, 255, 1]);
+  }
+  function luminance(c) {
+    var v = c.slice(0, 3).map(function (x) {
+      x /= 255; return x <= 0.03928 ? x / 12.92 : Math.pow((x + 0.055) / 1.055, 2.4);
+    });
+    return 0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2];
+  }
+  var texts = document.querySelectorAll(
+    ".jupyter-wrapper .jp-OutputArea-output, .jupyter-wrapper .jp-OutputArea-output *, .notebook-download a");
+  var checked = 0, faint = [];
+  texts.forEach(function (e) {
+    var own = Array.from(e.childNodes).some(function (n) { return n.nodeType === 3 && n.data.trim(); });
+    if (!own || !e.checkVisibility() || e.closest(".MathJax, .MathJax_Display, svg")) return;
+    var back = behind(e), text = over(rgba(getComputedStyle(e).color), back);
+    var a = luminance(text), b = luminance(back);
+    var ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    checked++;
+    if (ratio < 4.5) faint.push(ratio.toFixed(1) + ": " + e.textContent.trim().slice(0, 50));
+  });
+  var scheme = document.body.dataset.mdColorScheme;
+  var toggle = document.querySelector('form[data-md-component="palette"] label[title="Switch to light mode"]');
+  if (toggle) toggle.click();
+  var afterToggle = document.body.dataset.mdColorScheme;
+  localStorage.clear();  // the reader's choice, which Material keeps: not for the next tab
+  return {scheme: scheme, checked: checked, faint: faint, afterToggle: afterToggle};
+})
+"""
+
+
+@needs_chromium
+def test_dark_palette_keeps_notebook_outputs_readable(site, browser, serve, tmp_path):
+    """A reader whose system prefers dark colours gets the dark palette, and the header's toggle
+    switches to light. In the dark, a notebook's printed output, its Markdown tables and the
+    download link keep a contrast of at least 4.5:1 (WCAG AA) against what is behind them; a
+    planted page whose printed output is dark grey proves the check sees faint text."""
+    for entry in site.iterdir():
+        if entry.name != "notebooks":
+            (tmp_path / entry.name).symlink_to(entry)
+    (tmp_path / "notebooks").mkdir()
+    page = html(site, "notebooks/09_capstone.html")
+    faint = page.replace("</article>", "<style>.jupyter-wrapper .jp-OutputArea-output pre "
+                         "{color: #333 !important}</style></article>", 1)
+    assert faint != page
+    (tmp_path / "notebooks" / "faint.html").write_text(faint, encoding="utf-8")
+    # two servers, two origins: the palette a tab's toggle stores is not the other tab's
+    pages = {"09_capstone": serve(site)[0] + "notebooks/09_capstone.html",
+             "faint": serve(tmp_path)[0] + "notebooks/faint.html"}
+
+    def in_the_dark(name: str) -> dict:
+        tab = browser.open(pages[name], dark=True)
+        answer = browser.send("Runtime.evaluate", tab[1], returnByValue=True, awaitPromise=True,
+                              expression=CONTRAST)["result"]["value"]
+        browser.close_tab(*tab)
+        print(f"{name} in the dark palette: {answer['checked']} pieces of output text, "
+              f"{len(answer['faint'])} fainter than 4.5:1")
+        return answer
+
+    with ThreadPoolExecutor(TABS) as pool:
+        found = dict(zip(pages, pool.map(in_the_dark, pages)))
+    real = found["09_capstone"]
+    assert real["scheme"] == "slate" and real["afterToggle"] == "default", real
+    assert real["checked"] > 50 and not real["faint"], real
+    assert found["faint"]["scheme"] == "slate" and len(found["faint"]["faint"]) > 5, found["faint"]

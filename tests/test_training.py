@@ -375,7 +375,7 @@ def test_evaluate_command(picture_run, pictures, tmp_path, capsys):
     assert rows[0][1:] == CLASSES and [list(map(int, r[1:])) for r in rows[1:]] == matrix.tolist()
     whole = evaluate_command.main([str(out / BEST), "--data", str(pictures), "--out",
                                    str(tmp_path / "all")])
-    assert whole["images"] == 48 and whole["top_k"] == 2  # top-3 of 3 classes says nothing
+    assert whole["images"] == 48 and whole["top_k"] is None  # top-3 of 3 classes says nothing
     other = make_pictures(tmp_path / "other", per_class=2, classes=["cat", "dog"])
     fails_with(evaluate_command.main, [str(out), "--data", str(other)], capsys,
                "the data's classes ['cat', 'dog'] are not the checkpoint's ['cat', 'dog', 'fox']")
@@ -434,7 +434,8 @@ def test_attention_map_follows_what_the_model_shows():
     expected = {
         "vit_digits": lambda m, x: plotting.attention_rollout_grid(m, x),
         "cait_digits": lambda m, x: plotting.attention_grids(m, x)[-1].mean(1),
-        "coat_lite_digits": lambda m, x: plotting.factorized_attention_view(m, x)[-1].mean((1, 2)),
+        # the deepest of CoaT-Lite's scales with more than one token a side: 2 × 2, not 1 × 1
+        "coat_lite_digits": lambda m, x: plotting.factorized_attention_view(m, x)[2].mean((1, 2)),
     }
     kinds = {}
     for name, reference in expected.items():
@@ -445,8 +446,8 @@ def test_attention_map_follows_what_the_model_shows():
         np.testing.assert_allclose(maps, reference(model, x), rtol=1e-6)
     assert kinds == {"vit_digits": "attention rollout",
                      "cait_digits": "the last layer's class attention",
-                     "coat_lite_digits": "factorized attention: where the last layer's keys "
-                                         "pool from"}
+                     "coat_lite_digits": "factorized attention: where the keys of layer 3 of 4 "
+                                         "(2 × 2 tokens) pool from"}
 
 
 # --- several processes (tests/test_distributed.py launches them) ----------------------------------
@@ -572,6 +573,8 @@ def test_unknown_model_and_data_list_the_known_ones(tmp_path, capsys):
     (["--select", "worst"], "argument --select: invalid choice: 'worst'"),
     (["--crop-scale", "2"], "--crop-scale must be in [0, 1]"),
     (["--flip"], "--flip, --crop-scale and --color-jitter augment folders of pictures"),
+    (["--precision", "fp8"], "argument --precision: invalid choice: 'fp8'"),
+    (["--backend", "numpy", "--precision", "fp16"], "does not take --precision fp16"),
 ])
 def test_bad_numbers_are_refused(argv, needle, tmp_path, capsys):
     fails([*argv, "--out", str(tmp_path / "run")], capsys, needle)
@@ -690,6 +693,77 @@ def test_bf16_autocast_path_runs_on_the_cpu(pictures):
     assert next(result["model"].parameters()).dtype == torch.float32  # weights stay fp32
 
 
+def test_auto_precision_is_fp16_with_a_scaler_where_the_gpu_lacks_bf16(monkeypatch):
+    """--precision auto asks the GPU: bf16 where it has it, fp16 (which needs a gradient
+    scaler) where it does not (a T4, a V100); fp32 on the CPU.  A GPU without bf16 is only
+    simulated here: the choice is made before anything runs on it."""
+    from vit_scratch.training.settings import needs_grad_scaler, resolve_precision
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    for supported, expected in ((True, torch.bfloat16), (False, torch.float16)):
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: supported)
+        assert resolve_precision("auto", cuda) == expected
+        assert needs_grad_scaler(expected) == (not supported)
+    with pytest.raises(ValueError, match=r"precision 'bf16' was asked for but cuda does not "
+                                         r"support it \(--precision fp16 trains in fp16"):
+        resolve_precision("bf16", cuda)
+    assert resolve_precision("fp16", cuda) == resolve_precision("fp16", cpu) == torch.float16
+    assert resolve_precision("auto", cpu) is None and resolve_precision("fp32", cuda) is None
+    assert not needs_grad_scaler(torch.bfloat16) and not needs_grad_scaler(None)
+
+
+def test_the_gradient_scaler_unscales_and_skips_a_step_that_overflows():
+    """train_step with a GradScaler: the loss is scaled (by a power of two) before the backward
+    pass and the gradients unscaled before AdamW, so in fp32 the step is the unscaled one bit
+    for bit; a step whose gradients overflow (planted: an infinite gradient) leaves the weights
+    as they were and halves the scale."""
+    torch.manual_seed(0)
+    model = vit_scratch.create_model("vit_digits", **TINY, drop_path_rate=0.0)
+    twin = vit_scratch.create_model("vit_digits", **TINY, drop_path_rate=0.0)
+    twin.load_state_dict(model.state_dict())
+    images, labels = torch.randn(16, 1, 24, 24), torch.randint(0, 10, (16,))
+    scaler = torch.amp.GradScaler("cpu")
+    for m, s in ((model, None), (twin, scaler)):
+        optimizer = torch.optim.AdamW(param_groups(m, 0.05), lr=1e-2)
+        train_step(m.train(), images, labels, optimizer, 0.1, scaler=s)
+    for (name, a), b in zip(model.state_dict().items(), twin.state_dict().values()):
+        assert torch.equal(a, b), name
+    before = {k: v.clone() for k, v in twin.state_dict().items()}
+    scale = scaler.get_scale()
+    overflow = twin.head.weight.register_hook(lambda g: torch.full_like(g, float("inf")))
+    train_step(twin, images, labels, optimizer, 0.1, scaler=scaler)
+    overflow.remove()
+    assert all(torch.equal(before[k], v) for k, v in twin.state_dict().items())
+    assert scaler.get_scale() == scale / 2
+
+
+def test_fp16_with_a_gradient_scaler_trains_and_resumes_exactly_on_the_cpu(pictures, tmp_path):
+    """--precision fp16 on the CPU (where autocast allows it, slowly): the scaler's path, the
+    weights kept in fp32, the scaler's state saved for --resume, which continues the run bit
+    for bit.  (On a GPU the same code runs in fp16 kernels: a CUDA machine checks it.)"""
+    logs = []
+    settings = picture_settings(pictures, tmp_path / "whole", precision="fp16", epochs=2)
+    whole = train(settings, log=logs.append)
+    assert whole["precision"] == "fp16" and "(fp16 autocast, gradient scaler)" in logs[0]
+    assert all(math.isfinite(h["train_loss"]) for h in whole["history"])
+    assert next(whole["model"].parameters()).dtype == torch.float32
+    saved = load_state(tmp_path / "whole")["grad_scaler"]
+    assert set(saved) >= {"scale", "_growth_tracker"} and saved["scale"] > 0
+
+    def stop(epoch, record):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(picture_settings(pictures, tmp_path / "cut", precision="fp16", epochs=2),
+              log=quiet, on_epoch_end=stop)
+    resumed = main(["--out", str(tmp_path / "cut"), "--resume"])
+    for key in ("train_loss", "val_loss", "lr"):
+        assert [h[key] for h in resumed["history"]] == [h[key] for h in whole["history"]], key
+    a, b = weights(tmp_path / "whole" / CHECKPOINT), weights(tmp_path / "cut" / CHECKPOINT)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert load_state(tmp_path / "cut")["grad_scaler"] == saved
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_run_with_bf16_and_compile(tmp_path):
     result = train(digits_settings(tmp_path / "gpu", epochs=2, device="cuda", compile=True),
@@ -719,3 +793,78 @@ def test_ctrl_c_exits_130_and_says_how_to_resume(pictures, tmp_path, monkeypatch
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the folder is complete as far as it went
         assert load_model(out).num_classes == 3
+
+
+# --- what the log says about time, and about a small validation split --------------------------
+
+def test_each_epoch_line_gives_its_own_time_the_total_and_the_time_left(pictures, monkeypatch):
+    """Epochs that take 2, 4, 6 and 8 s (a clock the test sets): each line gives its own time,
+    the run's so far, and the epochs left times the median epoch so far."""
+    from types import SimpleNamespace
+
+    from vit_scratch.training import loop, progress
+
+    ticks = iter([0, 2, 2, 6, 6, 12, 12, 20])  # each epoch's start and end
+    monkeypatch.setattr(loop, "time", SimpleNamespace(perf_counter=lambda: float(next(ticks)),
+                                                      process_time=lambda: 0.0))
+    logs = []
+    result = train(picture_settings(pictures, None, epochs=4, baseline="none"), log=logs.append)
+    ends = [line[line.rindex("("):] for line in logs if line.startswith("epoch ")]
+    assert ends == ["(2.0 s, 2.0 s in all, about 6.0 s left)",   # 3 × 2
+                    "(4.0 s, 6.0 s in all, about 6.0 s left)",   # 2 × median(2, 4)
+                    "(6.0 s, 12 s in all, about 4.0 s left)",    # 1 × median(2, 4, 6)
+                    "(8.0 s, 20 s in all)"]
+    assert [h["train_seconds"] for h in result["history"]] == [2.0, 6.0, 12.0, 20.0]
+    assert [progress.duration(s) for s in (4.25, 42, 720, 9000)] == ["4.2 s", "42 s", "12 min",
+                                                                 "2.5 h"]
+
+
+def test_a_small_validation_split_is_named_with_a_larger_one():
+    from vit_scratch.training.yardsticks import small_validation
+
+    assert small_validation(100, 900, carved=True) is None
+    text = small_validation(44, 389, carved=True)  # the class project's folder
+    assert text.startswith("warning: the validation split has 44 pictures: one picture moves "
+                           "its accuracy by 2.3 points")
+    assert text.endswith("--val-fraction 0.25 holds out about 108 of the 433 training pictures, "
+                         "or --select last tests the last epoch instead")
+    assert "--val-fraction 0.30 holds out about 105 of the 350" in small_validation(35, 315, True)
+    for tiny in (small_validation(9, 27, carved=True), small_validation(44, 389, carved=False)):
+        assert tiny.endswith("more validation pictures would help, or --select last tests the "
+                             "last epoch instead")
+
+
+def test_the_run_warns_of_its_small_validation_split(picture_run, capsys):
+    _, result = picture_run
+    assert result["images"]["val"] == 9
+    assert result["notes"][0].startswith("warning: the validation split has 9 pictures")
+    big = train(digits_settings(None, epochs=1), log=quiet)  # 144 validation digits
+    assert not any("validation split" in note for note in big["notes"])
+
+
+class BurnsCPU(torch.utils.data.Dataset):
+    """Pictures that take 0.05 s of CPU each to read (a busy loop on the process's clock)."""
+
+    def __init__(self, n: int = 16):
+        self.images = torch.randn(n, 1, 24, 24, generator=torch.Generator().manual_seed(0))
+        self.labels = torch.arange(n) % 2
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, index):
+        import time
+
+        start = time.process_time()
+        while time.process_time() - start < 0.05:
+            pass
+        return self.images[index], self.labels[index]
+
+
+def test_cpu_seconds_count_the_loader_workers():
+    """Reading each picture costs 0.05 CPU s in a worker: an epoch of 16 pictures, 0.8 s that
+    the main process, which only waits for them, does not spend itself."""
+    settings = digits_settings(None, epochs=1, batch_size=8, workers=2, baseline="none")
+    held_out = torch.utils.data.TensorDataset(torch.zeros(4, 1, 24, 24), torch.arange(4) % 2)
+    result = train(settings, datasets=(BurnsCPU(), held_out, held_out), log=quiet)
+    assert result["cpu_seconds"] >= 0.8

@@ -64,6 +64,10 @@ RECIPES = {
                "--model-arg patch_size=4 --model-arg depth=2 --epochs 30 --batch-size 64 "
                "--lr 1.5e-3 --weight-decay 0.05 --translate 0 --threads 1"),),
         loaded_by=("09_capstone",)),
+    # seed 0 of the README's digits recipe for the ViT, as benchmarks/bench_digits.py runs it
+    "vit_digits": Recipe(
+        runs=(("vit_digits", "--model vit_digits --data digits --threads 1"),),
+        loaded_by=("09_capstone",)),
 }
 
 

@@ -132,10 +132,18 @@ class BatchShares:
     item with its augmentation seeded by ``(seed, epoch, index)``.
 
     (PyTorch's ``DistributedSampler`` would give the same global order, but pads the shares to
-    equal lengths by repeating items, which are then counted twice.)"""
+    equal lengths by repeating items, which are then counted twice.)
 
-    def __init__(self, n: int, batch_size: int, world: World = World(), seed: int = 0):
+    ``labels`` (one per item) turn on class-balanced sampling (``--balanced-sampling``): each
+    epoch draws ``n`` items, as many of every class (:func:`balanced_draws`), instead of every
+    item once."""
+
+    def __init__(self, n: int, batch_size: int, world: World = World(), seed: int = 0,
+                 labels=None):
         self.n, self.batch_size, self.world, self.seed = n, batch_size, world, seed
+        self.labels = None if labels is None else torch.as_tensor(labels, dtype=torch.int64)
+        if self.labels is not None and len(self.labels) != n:
+            raise ValueError(f"labels: {len(self.labels)} for {n} items")
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -146,8 +154,11 @@ class BatchShares:
 
     def global_batches(self) -> list[list[int]]:
         """This epoch's global batches of item indices (the same in every process)."""
-        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(
-            self.seed + self.epoch)).tolist()
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        if self.labels is None:
+            order = torch.randperm(self.n, generator=generator).tolist()
+        else:
+            order = balanced_draws(self.labels, generator).tolist()
         return [order[i:i + self.batch_size] for i in range(0, self.n, self.batch_size)]
 
     def __iter__(self):
@@ -157,6 +168,28 @@ class BatchShares:
                 yield [(self.epoch, i, True) for i in share]
             else:  # a short last batch leaves this process nothing: one stand-in, not counted
                 yield [(self.epoch, batch[0], False)]
+
+
+def balanced_draws(labels: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """As many draws as ``labels`` has items, shuffled, every class drawn equally often (to one
+    draw: the remainder goes to classes picked at random).  Within a class the draws go
+    through its items in a random order, again and again: a class smaller than its share
+    repeats each item once before any twice, and a larger one leaves some out, a different
+    sample each epoch.  A picture drawn twice in an epoch is augmented the same way both times
+    (its augmentation is seeded by the picture and the epoch)."""
+    n = len(labels)
+    classes = torch.unique(labels)
+    quota = torch.full((len(classes),), n // len(classes), dtype=torch.int64)
+    quota[torch.randperm(len(classes), generator=generator)[:n % len(classes)]] += 1
+    draws = []
+    for c, q in zip(classes.tolist(), quota.tolist()):  # one class at a time
+        members = torch.nonzero(labels == c).flatten()
+        rounds = -(-q // len(members))
+        passes = [members[torch.randperm(len(members), generator=generator)]
+                  for _ in range(rounds)]
+        draws.append(torch.cat(passes)[:q])
+    drawn = torch.cat(draws)
+    return drawn[torch.randperm(n, generator=generator)]
 
 
 def shard(dataset, world: World):

@@ -1,26 +1,29 @@
 """Evaluate a trained model: accuracy, top-k, per-class precision and recall, the confusion
-matrix.
+matrix, and the misclassified pictures of each class.
 
     python -m vit_scratch.evaluate runs/pets                      # the run's own test split
     python -m vit_scratch.evaluate runs/pets --data new_pictures/ # every picture of a folder
     python -m vit_scratch.evaluate runs/pets/best.safetensors --data new_pictures/
 
-RUN is a run folder (its selected checkpoint, ``--checkpoint`` to choose) or a checkpoint file
-alone (its metadata names the model, the preprocessing and the classes).  ``--data``: a folder
-with one subfolder per class, whose pictures are all evaluated, or a built-in data set
-(``digits``), whose test split is; without it, the run's own test split (the same
-``--test-fraction`` and ``--split-seed``).  The data's classes must be the checkpoint's.
+RUN is a run folder (the checkpoint its ``--select`` chose) or a checkpoint file alone (its
+metadata names the model, the preprocessing and the classes).  ``--data``: a folder with one
+subfolder per class, whose pictures are all evaluated, or a built-in data set (``digits``),
+whose test split is; without it, the run's own test split (the same ``--test-fraction`` and
+``--split-seed``).  The data's classes must be the checkpoint's.
 
-Writes into ``--out`` (default: RUN/evaluation): ``evaluation.json`` (every number below),
-``per_class.csv`` (precision, recall, F1 and support of each class, then their macro and weighted
-averages), ``confusion_matrix.csv`` (rows: true class, columns: predicted) and
-``confusion_matrix.png``; prints the table.  Accuracy, balanced accuracy (the mean recall: on
-unbalanced data, what a model that ignores the small classes cannot fake), top-k accuracy; a
-class the model never predicted is named in a warning (its precision is undefined).
+Writes into ``--out`` (a folder; default: RUN/evaluation): ``evaluation.json`` (every number
+below), ``per_class.csv`` (precision, recall, F1 and support of each class, then their macro and
+weighted averages), ``confusion_matrix.csv`` (rows: true class, columns: predicted),
+``confusion_matrix.png``, and ``misclassified.png`` and ``misclassified.csv`` (for each class,
+the ``--gallery`` pictures it got wrong that the model found least likely to be what they are,
+with the classes it gave them); prints the table and the confusion matrix.  Accuracy, balanced
+accuracy (the mean recall: on unbalanced data, what a model that ignores the small classes
+cannot fake), top-k accuracy (when the data has more than k classes); a class the model never
+predicted is named in a warning (its precision is undefined).
 
 The metrics are scikit-learn's (``confusion_matrix``, ``precision_recall_fscore_support``,
 ``top_k_accuracy_score``, ``accuracy_score``) and the figure its ``ConfusionMatrixDisplay`` --
-infrastructure, not teaching code.
+infrastructure, not teaching code; the gallery is drawn with matplotlib.
 """
 from __future__ import annotations
 
@@ -42,6 +45,8 @@ def predict_dataset(model, dataset, device="cpu", batch_size: int = 256,
                     workers: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """``(probabilities (N, classes), labels (N,))`` of ``model`` over a dataset of
     ``(image, label)``."""
+    if len(dataset) == 0:
+        raise ValueError("no pictures to evaluate: the data set is empty")
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=workers)
     model.eval()
     probs, labels = [], []
@@ -53,16 +58,18 @@ def predict_dataset(model, dataset, device="cpu", batch_size: int = 256,
 
 def metrics(probs: np.ndarray, labels: np.ndarray, class_names: list[str],
             top_k: int = 5) -> dict:
-    """Accuracy, balanced accuracy (the mean of the per-class recalls), top-k accuracy,
-    per-class precision / recall / F1 / support with their macro averages (each class counts
-    the same) and weighted averages (each class by its support), the confusion matrix (rows:
-    true class, columns: predicted), and the classes that were never predicted (whose precision
-    is undefined: reported as 0, and named in ``never_predicted``), with scikit-learn."""
+    """Accuracy, balanced accuracy (the mean of the per-class recalls), top-k accuracy (only
+    when ``top_k`` is below the number of classes: top-n of n classes is always 1; else
+    ``top_k`` and ``top_k_accuracy`` are ``None``), per-class precision / recall / F1 / support
+    with their macro averages (each class counts the same) and weighted averages (each class
+    by its support), the confusion matrix (rows: true class, columns: predicted), and the
+    classes that were never predicted (whose precision is undefined: reported as 0, and named
+    in ``never_predicted``), with scikit-learn."""
     sk = require("sklearn.metrics", "the evaluation metrics")
     n = len(class_names)
     classes = list(range(n))
     predicted = probs.argmax(1)
-    k = max(1, min(top_k, n - 1))  # top-n would always be 1
+    k = top_k if top_k < n else None
     precision, recall, f1, support = sk.precision_recall_fscore_support(
         labels, predicted, labels=classes, zero_division=0)
     averages = {}
@@ -77,8 +84,8 @@ def metrics(probs: np.ndarray, labels: np.ndarray, class_names: list[str],
         "accuracy": float(sk.accuracy_score(labels, predicted)),
         "balanced_accuracy": float(recall[present].mean()) if present.any() else 0.0,
         "top_k": k,
-        "top_k_accuracy": float(sk.top_k_accuracy_score(labels, probs, k=k, labels=classes))
-        if k > 1 else float(sk.accuracy_score(labels, predicted)),
+        "top_k_accuracy": None if k is None else float(sk.accuracy_score(labels, predicted))
+        if k == 1 else float(sk.top_k_accuracy_score(labels, probs, k=k, labels=classes)),
         "per_class": [{"class": name, "precision": float(p), "recall": float(r), "f1": float(f),
                        "support": int(s)}
                       for name, p, r, f, s in zip(class_names, precision, recall, f1, support)],
@@ -123,21 +130,45 @@ def evaluation_data(source: Path, model, data=None, bad_images: str | None = Non
     return dataset
 
 
-def evaluate_run(run, data=None, out=None, top_k: int = 5, device: str = "cpu",
-                 batch_size: int = 256, log=print, bad_images: str | None = None) -> dict:
+#: ``--top-k``'s default; left out, without a word, when the data has no more classes.
+TOP_K = 5
+#: ``--gallery``'s default: the misclassified pictures drawn per class.
+GALLERY = 4
+#: The gallery draws at most this many classes (those with the most mistakes); the table
+#: ``misclassified.csv`` lists them all.
+GALLERY_MAX_CLASSES = 20
+
+
+def evaluate_run(run, data=None, out=None, top_k: int | None = None, device: str = "cpu",
+                 batch_size: int = 256, log=print, bad_images: str | None = None,
+                 gallery: int = GALLERY) -> dict:
     """Evaluate the model of ``run`` (a run folder or a checkpoint file) on ``data``; write the
     files into ``out`` (default: RUN/evaluation, or beside the checkpoint file) and return the
-    numbers (:func:`metrics`, plus ``checkpoint`` and ``data``).  A class the model never
-    predicted is named in a warning (its precision is undefined, reported as 0)."""
-    if not isinstance(top_k, int) or top_k < 1:
+    numbers (:func:`metrics`, plus ``checkpoint``, ``data`` and ``misclassified``).  A class the
+    model never predicted is named in a warning (its precision is undefined, reported as 0).
+    ``top_k``: default :data:`TOP_K`, left out when the data has no more classes; a ``top_k``
+    given that is not below the number of classes is left out with a warning.  ``gallery``:
+    the misclassified pictures drawn per class, the least likely first
+    (:func:`misclassified`; 0: none)."""
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"--top-k must be a positive integer, got {top_k!r}")
+    if not isinstance(gallery, int) or gallery < 0:
+        raise ValueError(f"--gallery must be an integer >= 0, got {gallery!r}")
     if bad_images not in (None, "error", "skip"):
         raise ValueError(f"--bad-images must be 'error' or 'skip', got {bad_images!r}")
+    run_folder.check_output_folder(out, "evaluation.json, per_class.csv, ...")
     model, checkpoint, source = run_folder.open_run(run, device)
     dataset = evaluation_data(source, model, data, bad_images)
     probs, labels = predict_dataset(model, dataset, device, batch_size)
-    result = {**metrics(probs, labels, model.class_names, top_k),
+    n = len(model.class_names)
+    if top_k is not None and top_k >= n:
+        warnings.warn(f"--top-k {top_k}: the data has {n} classes, so the true class is always "
+                      f"among the top {top_k}; top-k accuracy is left out (give K below {n})",
+                      stacklevel=2)
+    result = {**metrics(probs, labels, model.class_names, TOP_K if top_k is None else top_k),
               "checkpoint": str(checkpoint), "data": str(data) if data else "the run's test split"}
+    result["misclassified"] = misclassified(probs, labels, model.class_names,
+                                            picture_names(dataset), gallery)
     if result["never_predicted"]:
         warnings.warn(f"the model never predicted {', '.join(result['never_predicted'])} on "
                       f"these {result['images']} pictures: their precision is undefined "
@@ -145,9 +176,47 @@ def evaluate_run(run, data=None, out=None, top_k: int = 5, device: str = "cpu",
     out = Path(out) if out is not None else source / run_folder.EVALUATION
     out.mkdir(parents=True, exist_ok=True)
     write_evaluation(result, out)
+    if result["misclassified"]:
+        save_gallery(result, dataset, model, out / "misclassified.png")
     log(report(result))
     log(f"-> {out}")
     return result
+
+
+def picture_names(dataset) -> list[str]:
+    """Each item's file (a folder's pictures: ``samples``, through any ``Subset``), or
+    ``"picture i"`` (its index) where the data set has no files."""
+    from torch.utils.data import Subset
+
+    if isinstance(dataset, Subset):
+        inner = picture_names(dataset.dataset)
+        return [inner[i] for i in dataset.indices]
+    samples = getattr(dataset, "samples", None)
+    if samples is not None:
+        return [str(path) for path, _ in samples]
+    return [f"picture {i}" for i in range(len(dataset))]
+
+
+def misclassified(probs: np.ndarray, labels: np.ndarray, class_names: list[str],
+                  names: list[str], per_class: int = GALLERY, top: int = 3) -> list[dict]:
+    """The misclassified pictures the model found least likely to be what they are: for each
+    true class, up to ``per_class`` of them, by the probability of their true class, lowest
+    first (the largest losses, fastai's "top losses").  Each as ``{"index", "picture", "true",
+    "true_probability", "top": [(class, probability), ...]}`` with its ``top`` most probable
+    classes; classes in their order."""
+    if per_class == 0:
+        return []
+    wrong = np.flatnonzero(probs.argmax(1) != labels)
+    p_true = probs[wrong, labels[wrong]]
+    wrong = wrong[np.lexsort((p_true, labels[wrong]))]  # by class, then least likely first
+    classes = labels[wrong]
+    first = np.searchsorted(classes, classes)  # where each class's run starts
+    chosen = wrong[np.arange(len(wrong)) - first < per_class]
+    best = np.argsort(-probs[chosen], axis=1, kind="stable")[:, :top]
+    return [{"index": int(i), "picture": names[i], "true": class_names[labels[i]],
+             "true_probability": float(probs[i, labels[i]]),
+             "top": [(class_names[c], float(probs[i, c])) for c in row]}
+            for i, row in zip(chosen.tolist(), best)]
 
 
 def write_evaluation(result: dict, out: Path) -> None:
@@ -165,6 +234,13 @@ def write_evaluation(result: dict, out: Path) -> None:
         writer.writerow(["true \\ predicted", *result["classes"]])
         for name, row in zip(result["classes"], result["confusion_matrix"]):
             writer.writerow([name, *row])
+    (out / "misclassified.png").unlink(missing_ok=True)  # an earlier evaluation's
+    with open(out / "misclassified.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["picture", "true class", "true class probability", "top classes"])
+        for row in result["misclassified"]:
+            writer.writerow([row["picture"], row["true"], f"{row['true_probability']:.4f}",
+                             "; ".join(f"{c} {p:.4f}" for c, p in row["top"])])
     try:
         save_confusion_matrix(result, out / "confusion_matrix.png")
     except ModuleNotFoundError as error:
@@ -192,12 +268,78 @@ def save_confusion_matrix(result: dict, path) -> None:
     fig.savefig(str(path), dpi=100)
 
 
+def save_gallery(result: dict, dataset, model, path) -> None:
+    """``misclassified.png``: a row per class (at most :data:`GALLERY_MAX_CLASSES`, those with
+    the most mistakes), its misclassified pictures as the model saw them, the least likely
+    first, each titled with the classes the model gave it; skipped with a warning without
+    matplotlib."""
+    try:
+        require("matplotlib", "the gallery of misclassified pictures")
+    except ModuleNotFoundError as error:
+        warnings.warn(f"{Path(path).name} not drawn: {error}", stacklevel=2)
+        return
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from .plotting import show_image, unnormalize
+
+    rows = {}
+    for item in result["misclassified"]:
+        rows.setdefault(item["true"], []).append(item)
+    mistakes = dict(zip(result["classes"], (sum(r) - r[i] for i, r in enumerate(
+        result["confusion_matrix"]))))
+    shown = sorted(rows, key=lambda c: -mistakes[c])[:GALLERY_MAX_CLASSES]
+    shown = [c for c in result["classes"] if c in shown]  # in the classes' order
+    columns = max(len(rows[c]) for c in shown)
+    fig = Figure(figsize=(1.9 * columns + 0.4, 2.1 * len(shown) + 0.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = np.asarray(fig.subplots(len(shown), columns, squeeze=False))
+    for ax in axes.ravel():
+        ax.set_axis_off()
+    for r, name in enumerate(shown):
+        for c, item in enumerate(rows[name]):
+            image = np.clip(unnormalize(dataset[item["index"]][0], model), 0.0, 1.0)
+            if image.shape[0] == 1:
+                image = image.repeat(3, 0)
+            guesses = "\n".join(f"{cls} {p:.2f}" for cls, p in item["top"][:2])
+            show_image(image, axes[r, c], f"{Path(item['picture']).name}\n{guesses}\n"
+                                          f"(true: {name} {item['true_probability']:.2f})")
+            axes[r, c].title.set_fontsize(7)
+    more = len(rows) - len(shown)
+    fig.suptitle(f"misclassified, least likely first, per true class"
+                 f"{f' ({more} more classes in misclassified.csv)' if more else ''}",
+                 fontsize=9)
+    fig.savefig(str(path), dpi=100)
+
+
+def confusion_table(result: dict) -> list[str]:
+    """The confusion matrix as text: a row per true class, a column per predicted class."""
+    names, matrix = result["classes"], result["confusion_matrix"]
+    width = max(len(str(v)) for row in matrix for v in row)
+    columns = [max(width, len(name)) for name in names]
+    corner = "true \\ predicted"
+    first = max(len(corner), *(len(name) for name in names))
+    lines = [f"{corner:<{first}}  " + "  ".join(
+        f"{name:>{w}}" for name, w in zip(names, columns))]
+    for name, row in zip(names, matrix):
+        lines.append(f"{name:<{first}}  " + "  ".join(
+            f"{v:>{w}}" for v, w in zip(row, columns)))
+    return lines
+
+
+#: The confusion matrix is printed for at most this many classes (its CSV file has them all).
+PRINTED_CONFUSION_CLASSES = 20
+
+
 def report(result: dict) -> str:
-    """The numbers as a text table."""
+    """The numbers as a text table: the accuracies, the classes' precision, recall, F1 and
+    support with their averages, the confusion matrix, and where the misclassified pictures
+    are."""
     width = max(16, *(len(c) for c in result["classes"]))
+    top = (f", top-{result['top_k']} {result['top_k_accuracy']:.4f}"
+           if result["top_k"] is not None else "")
     lines = [f"accuracy {result['accuracy']:.4f}, balanced accuracy "
-             f"{result['balanced_accuracy']:.4f}, top-{result['top_k']} "
-             f"{result['top_k_accuracy']:.4f} on {result['images']} pictures "
+             f"{result['balanced_accuracy']:.4f}{top} on {result['images']} pictures "
              f"({result['checkpoint']})",
              f"{'class':<{width}}  precision  recall      f1  support"]
     for row in result["per_class"]:
@@ -207,6 +349,15 @@ def report(result: dict) -> str:
         row = result[f"{name}_average"]
         lines.append(f"{name + ' average':<{width}}  {row['precision']:9.4f}  "
                      f"{row['recall']:6.4f}  {row['f1']:.4f}  {result['images']:7d}")
+    if len(result["classes"]) <= PRINTED_CONFUSION_CLASSES:
+        lines += ["confusion matrix (rows: true class, columns: predicted)",
+                  *confusion_table(result)]
+    else:
+        lines.append(f"confusion matrix of {len(result['classes'])} classes: "
+                     f"confusion_matrix.csv and .png")
+    if result.get("misclassified"):
+        lines.append(f"{len(result['misclassified'])} misclassified pictures, the least likely "
+                     f"of each class first: misclassified.png, misclassified.csv")
     return "\n".join(lines)
 
 
@@ -222,9 +373,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", metavar="DIR", default=None,
                         help="where the files go (default: RUN/evaluation, or beside a "
                              "checkpoint file)")
-    parser.add_argument("--top-k", type=int, default=5, metavar="K",
-                        help="top-k accuracy: the true class among the K most probable (K is "
-                             "kept below the number of classes)")
+    parser.add_argument("--top-k", type=int, default=None, metavar="K",
+                        help=f"top-k accuracy: the true class among the K most probable, given "
+                             f"only when the data has more than K classes (default: {TOP_K})")
+    parser.add_argument("--gallery", type=int, default=GALLERY, metavar="N",
+                        help="misclassified.png and misclassified.csv: for each class, the N "
+                             "misclassified pictures the model found least likely to be what "
+                             "they are, with the classes it gave them (0: none)")
     parser.add_argument("--bad-images", choices=("error", "skip"), default=None,
                         help="pictures that do not decode: 'error' refuses them, naming them; "
                              "'skip' leaves them out with a warning naming them (default: the "
@@ -238,7 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> dict:
     return run_folder.run_command(build_parser(), argv, lambda a: evaluate_run(
-        a.run, a.data, a.out, a.top_k, a.device, a.batch_size, bad_images=a.bad_images))
+        a.run, a.data, a.out, a.top_k, a.device, a.batch_size, bad_images=a.bad_images,
+        gallery=a.gallery))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,10 @@ optional, and a missing piece says which extra brings it:
               (figures), scikit-learn (the digits, the validation split, the metrics)
     [hub]     huggingface_hub (pretrained weights from the Hugging Face Hub)
     [course]  [train] plus Jupyter, for the notebooks
-    [test]    [course] plus pytest, nbval, hypothesis and timm (the test oracle)
+    [export]  onnx, onnxscript (PyTorch's ONNX exporter) and onnxruntime (the check of the file):
+              ``python -m vit_scratch.export --formats onnx``
+    [test]    [course], [hub] and [export], plus pytest, nbval, hypothesis and timm (the test
+              oracle)
 """
 from __future__ import annotations
 
@@ -20,6 +23,9 @@ EXTRAS = {
     "matplotlib": ("train", "matplotlib"),
     "sklearn": ("train", "scikit-learn"),
     "huggingface_hub": ("hub", "huggingface_hub"),
+    "onnx": ("export", "onnx"),
+    "onnxscript": ("export", "onnxscript"),
+    "onnxruntime": ("export", "onnxruntime"),
 }
 
 

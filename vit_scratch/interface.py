@@ -38,6 +38,8 @@ from typing import Sequence
 
 from einops import rearrange, reduce
 
+from . import validation
+
 ATTRIBUTES = ("cfg", "num_classes", "num_features", "embed_dim", "num_prefix_tokens",
               "pretrained_cfg")
 METHODS = ("forward_features", "forward_head", "forward_intermediates",
@@ -50,27 +52,39 @@ TORCH_METHODS = METHODS + ("get_classifier", "reset_classifier", "no_weight_deca
 OUTPUT_FORMATS = ("NCHW", "NLC")
 
 
-def resolve_indices(indices, count: int, what: str = "blocks") -> list[int]:
+def resolve_indices(indices, count: int, what: str = "blocks", name: str = "indices") -> list[int]:
     """Which of ``count`` layers to return, as sorted non-negative indices (timm's convention).
 
     ``None`` -> all; an int n -> the last n; a sequence -> those indices (negative ones count
-    from the end).  Anything out of range is a ``ValueError`` naming the value."""
+    from the end).  Anything out of range, and an empty sequence, is a ``ValueError`` naming
+    the value as ``name`` (the caller's argument: ``out_indices`` for a backbone)."""
     if indices is None:
         return list(range(count))
     if isinstance(indices, int) and not isinstance(indices, bool):
         if not 0 < indices <= count:
-            raise ValueError(f"indices={indices} asks for the last {indices} of {count} {what}; "
+            raise ValueError(f"{name}={indices} asks for the last {indices} of {count} {what}; "
                              f"expected 1..{count}")
         return list(range(count - indices, count))
     if isinstance(indices, Sequence) and not isinstance(indices, str):
         out = []
         for i in indices:
             if isinstance(i, bool) or not isinstance(i, int) or not -count <= i < count:
-                raise ValueError(f"indices contains {i!r}, but there are {count} {what} "
+                raise ValueError(f"{name} contains {i!r}, but there are {count} {what} "
                                  f"(valid: {-count}..{count - 1})")
             out.append(i % count)
+        if not out:
+            raise ValueError(f"{name} is empty: ask for at least one of the {count} {what} "
+                             f"(None: all of them)")
         return sorted(set(out))
-    raise ValueError(f"indices must be None, an int or a list of ints, got {indices!r}")
+    raise ValueError(f"{name} must be None, an int or a list of ints, got {indices!r}")
+
+
+def check_flags(**flags) -> None:
+    """Each keyword ``True`` or ``False`` (a NumPy bool too), else a ``ValueError`` naming it:
+    ``norm='False'`` is a truthy string, which would switch the norm on without a word.  The
+    rule of ``validation.check_bool``, the one every switch of the library follows."""
+    for name, value in flags.items():
+        validation.check_bool(value, name)
 
 
 def check_output_fmt(output_fmt: str) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import functools
+import os
 import re
 from dataclasses import dataclass
 from types import ModuleType
@@ -147,7 +148,7 @@ def create_model(name: str, **kwargs):
     ``pretrained=`` and ``checkpoint_path=`` to this.
     """
     family, spec = lookup(name)
-    kwargs, options, features = split_options(family, kwargs)
+    kwargs, options, features = split_options(family, kwargs, spec.name)
     cfg = spec.config(**kwargs)  # bad kwargs: refused before anything is built
     return feature_model(build_model(family, spec, cfg, **options), **features)
 
@@ -158,15 +159,141 @@ def create_model(name: str, **kwargs):
 #:   global_pool          how the features are pooled (``"token"``, ``"avg"``; ``""``: not at all,
 #:                        ``forward`` returns tokens; the family's ``global_pools``)
 #:   dynamic_img_size     a model with a position embedding takes any size its patches tile
+#:   pretrained_cfg_overlay  entries that replace those of the name's ``pretrained_cfg``
+#:                        (:func:`check_pretrained_cfg_overlay`)
 #:   features_only, out_indices, feature_cls   a backbone that returns feature maps
 #:                        (``vit_scratch.torch_nn.features``; ``feature_cls="getter"``, timm's name)
-MODEL_OPTIONS = ("device", "dtype", "global_pool", "dynamic_img_size")
+MODEL_OPTIONS = ("device", "dtype", "global_pool", "dynamic_img_size", "pretrained_cfg_overlay")
 FEATURE_OPTIONS = ("features_only", "out_indices", "feature_cls")
 
+#: The entries a ``pretrained_cfg`` may hold: the fields of timm's ``PretrainedCfg``.  Where the
+#: weights come from (``WEIGHT_SOURCES``), what the model's input must look like (``input_size``,
+#: ``mean``, ``std``, ``crop_pct``, ``interpolation``, ``crop_mode``: what
+#: ``vit_scratch.data.preprocess`` reads), the head, and descriptions.
+PRETRAINED_CFG_KEYS = (
+    "url", "file", "state_dict", "hf_hub_id", "hf_hub_filename", "source", "architecture", "tag",
+    "custom_load", "input_size", "test_input_size", "min_input_size", "fixed_input_size",
+    "interpolation", "crop_pct", "test_crop_pct", "crop_mode", "mean", "std", "num_classes",
+    "label_offset", "label_names", "label_descriptions", "pool_size", "test_pool_size",
+    "first_conv", "classifier", "license", "description", "origin_url", "paper_name",
+    "paper_ids", "notes")
+#: The entries that say where ``pretrained=True`` finds the weights (``vit_scratch.hub``).
+WEIGHT_SOURCES = ("state_dict", "file", "hf_hub_id", "hf_hub_filename", "url")
+#: The resampling filters the preprocessing knows (``vit_scratch.data.preprocess``).
+INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
 
-def split_options(family: Family, kwargs: dict) -> tuple[dict, dict, dict]:
+
+def check_pretrained_cfg_overlay(overlay, name: str) -> dict:
+    """timm's ``pretrained_cfg_overlay``: a dict whose entries replace those of ``name``'s
+    ``pretrained_cfg``, keyed as timm's ``PretrainedCfg`` (an unknown key is a ``TypeError``,
+    as in timm).  The entries the library reads are checked, each a ``ValueError`` naming the
+    entry and the value: ``input_size`` (C, H, W), ``mean`` and ``std`` (one number per channel,
+    std positive), ``crop_pct`` in (0, 1], ``interpolation``, ``crop_mode`` (``"center"``),
+    ``num_classes``, ``fixed_input_size``, ``architecture`` (the name itself) and the weight
+    sources (``file``: a path, ``state_dict``: a dict, ``hf_hub_id``, ``hf_hub_filename``,
+    ``url``: strings).  Returns a new dict (tuples for sequences)."""
+    from . import validation
+
+    if overlay is None:
+        return {}
+    if not isinstance(overlay, dict):
+        raise ValueError(f"pretrained_cfg_overlay must be a dict of pretrained_cfg entries "
+                         f"(e.g. dict(file='model.safetensors')), got "
+                         f"{validation.describe_value(overlay)}")
+    unknown = [k for k in overlay if k not in PRETRAINED_CFG_KEYS]
+    if unknown:
+        raise TypeError(f"pretrained_cfg_overlay has the unknown key(s) "
+                        f"{', '.join(map(repr, unknown))}; a pretrained_cfg knows "
+                        f"{', '.join(PRETRAINED_CFG_KEYS)}")
+    out = dict(overlay)
+    what = lambda key: f"pretrained_cfg_overlay[{key!r}]"  # noqa: E731
+    if "input_size" in out:
+        size = out["input_size"]
+        if isinstance(size, str) or not hasattr(size, "__len__") or len(size) != 3:
+            raise ValueError(f"{what('input_size')} must be (C, H, W), got "
+                             f"{validation.describe_value(size)}")
+        out["input_size"] = tuple(validation.check_positive(v, what("input_size"))
+                                  for v in size)
+    for key in ("mean", "std"):
+        if key in out:
+            values = out[key]
+            if isinstance(values, str) or not hasattr(values, "__len__") or not len(values):
+                raise ValueError(f"{what(key)} must be one number per channel, got "
+                                 f"{validation.describe_value(values)}")
+            check = validation.check_positive_float if key == "std" else validation.check_float
+            out[key] = tuple(check(v, what(key)) for v in values)
+    if "crop_pct" in out:
+        out["crop_pct"] = validation.check_float(out["crop_pct"], what("crop_pct"), 0.0, 1.0,
+                                                 low_open=True)
+    if "interpolation" in out:
+        validation.check_choice(out["interpolation"], what("interpolation"), INTERPOLATIONS)
+    if "crop_mode" in out:
+        validation.check_choice(out["crop_mode"], what("crop_mode"), ("center",))
+    if "num_classes" in out:
+        out["num_classes"] = validation.check_int(out["num_classes"], what("num_classes"),
+                                                  minimum=0)
+    if "fixed_input_size" in out:
+        out["fixed_input_size"] = validation.check_bool(out["fixed_input_size"],
+                                                        what("fixed_input_size"))
+    if out.get("architecture", name) != name:
+        raise ValueError(f"{what('architecture')} is {out['architecture']!r}, but the model is "
+                         f"{name}: build that name instead (the architecture is the name's)")
+    if out.get("file") is not None and not isinstance(out["file"], (str, os.PathLike)):
+        raise ValueError(f"{what('file')} must be a path, got "
+                         f"{validation.describe_value(out['file'])}")
+    if out.get("state_dict") is not None and not isinstance(out["state_dict"], dict):
+        raise ValueError(f"{what('state_dict')} must be a dict of tensors, got "
+                         f"{validation.describe_value(out['state_dict'])}")
+    for key in ("hf_hub_id", "hf_hub_filename", "url"):
+        if out.get(key) is not None and not isinstance(out[key], str):
+            raise ValueError(f"{what(key)} must be a str, got "
+                             f"{validation.describe_value(out[key])}")
+    return out
+
+
+def overlay_defaults(overlay: dict, kwargs: dict) -> dict:
+    """timm's rule: the overlay's ``input_size`` gives ``in_chans`` and ``img_size``, and its
+    ``num_classes`` gives ``num_classes``, unless ``kwargs`` give them (a size that contradicts
+    them is refused when the model is built: :func:`overlaid_pretrained_cfg`)."""
+    kwargs = dict(kwargs)
+    if "input_size" in overlay:
+        kwargs.setdefault("in_chans", overlay["input_size"][0])
+        kwargs.setdefault("img_size", tuple(overlay["input_size"][1:]))
+    if "num_classes" in overlay:
+        kwargs.setdefault("num_classes", overlay["num_classes"])
+    return kwargs
+
+
+def overlaid_pretrained_cfg(spec: ModelSpec, cfg, overlay: dict | None) -> dict:
+    """``spec``'s ``pretrained_cfg`` for ``cfg``, the overlay's entries in place of its own
+    (an in-memory ``state_dict`` is not kept in it).  Its ``input_size`` is the model's and its
+    ``num_classes`` the model's head: an overlay whose ``input_size`` or ``mean``/``std``
+    contradict the model's channels and size is a ``ValueError``."""
+    pcfg = spec.pretrained_cfg_for(cfg)
+    if not overlay:
+        return pcfg
+    entries = {k: v for k, v in overlay.items() if k != "state_dict"}
+    size = pcfg["input_size"]
+    if "input_size" in entries and tuple(entries["input_size"]) != tuple(size):
+        raise ValueError(f"pretrained_cfg_overlay['input_size'] is {entries['input_size']}, but "
+                         f"the model takes (in_chans, *img_size) = {size}: leave out in_chans "
+                         f"and img_size (the overlay's input_size then gives them) or make them "
+                         f"agree")
+    for key in ("mean", "std"):
+        if key in entries and len(entries[key]) != size[0]:
+            raise ValueError(f"pretrained_cfg_overlay[{key!r}] has {len(entries[key])} "
+                             f"values, but the model takes {size[0]} channel(s)")
+    return {**pcfg, **entries, "input_size": size, "num_classes": cfg.num_classes}
+
+
+def split_options(family: Family, kwargs: dict, name: str | None = None) -> tuple[dict, dict, dict]:
     """``kwargs`` -> (config fields, :data:`MODEL_OPTIONS`, :data:`FEATURE_OPTIONS`), the
-    options checked (a ``ValueError`` naming the option and the value)."""
+    options checked (a ``ValueError`` naming the option and the value).  The config fields
+    take the defaults of a ``pretrained_cfg_overlay`` (:func:`overlay_defaults`); ``name`` is
+    the registered name (the overlay's ``architecture``).  ``out_indices`` and ``feature_cls``
+    without ``features_only=True`` are a ``TypeError``: timm's model classes refuse
+    ``feature_cls`` so, and timm drops ``out_indices`` without a word, which hides a forgotten
+    ``features_only=True``."""
     from . import validation
 
     rest = dict(kwargs)
@@ -180,6 +307,14 @@ def split_options(family: Family, kwargs: dict) -> tuple[dict, dict, dict]:
         validation.check_bool(options["dynamic_img_size"], "dynamic_img_size")
     if "features_only" in features:
         validation.check_bool(features["features_only"], "features_only")
+    if not features.get("features_only"):
+        given = [f"{k}={features[k]!r}" for k in ("out_indices", "feature_cls")
+                 if features.get(k) is not None]
+        if given:
+            raise TypeError(f"{' and '.join(given)} without features_only=True: "
+                            f"{'they are options' if len(given) > 1 else 'it is an option'} of "
+                            f"the backbone of feature maps (features_only=True), and the model "
+                            f"itself takes no such argument")
     if features.get("feature_cls") not in (None, "getter"):
         raise ValueError(f"feature_cls must be 'getter' (features from forward_intermediates, "
                          f"which every family has) or None, got {features['feature_cls']!r}")
@@ -196,15 +331,21 @@ def split_options(family: Family, kwargs: dict) -> tuple[dict, dict, dict]:
         if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise ValueError(f"dtype must be a floating-point torch.dtype (torch.float32, "
                              f"torch.bfloat16, ...), got {dtype!r}")
+    if "pretrained_cfg_overlay" in options:
+        overlay = check_pretrained_cfg_overlay(options["pretrained_cfg_overlay"], name)
+        options["pretrained_cfg_overlay"] = overlay
+        rest = overlay_defaults(overlay, rest)
     return rest, options, features
 
 
 def build_model(family: Family, spec: ModelSpec, cfg, device=None, dtype=None,
-                global_pool=None, dynamic_img_size=None):
+                global_pool=None, dynamic_img_size=None, pretrained_cfg_overlay=None):
     """The PyTorch model of ``family`` for ``cfg`` (a config built, and so validated, once),
-    with the ``pretrained_cfg`` of the registered name ``spec``; its parameters created on
-    ``device`` (the ``meta`` device allocates nothing) in ``dtype``, with the
-    :data:`MODEL_OPTIONS` ``global_pool`` and ``dynamic_img_size``."""
+    with the ``pretrained_cfg`` of the registered name ``spec`` (``pretrained_cfg_overlay``'s
+    entries in place of its own); its parameters created on ``device`` (the ``meta`` device
+    allocates nothing) in ``dtype``, with the :data:`MODEL_OPTIONS` ``global_pool`` and
+    ``dynamic_img_size``."""
+    pretrained_cfg = overlaid_pretrained_cfg(spec, cfg, pretrained_cfg_overlay)
     if device is not None:
         import torch
 
@@ -215,7 +356,7 @@ def build_model(family: Family, spec: ModelSpec, cfg, device=None, dtype=None,
         model = family.torch_class().class_for(cfg)(cfg)
     if dtype is not None:
         model = model.to(dtype=dtype)
-    model.pretrained_cfg = spec.pretrained_cfg_for(cfg)
+    model.pretrained_cfg = pretrained_cfg
     if global_pool is not None:
         model.global_pool = model.check_global_pool(global_pool)
     if dynamic_img_size is not None:
@@ -232,28 +373,33 @@ def feature_model(model, features_only: bool = False, out_indices=None, feature_
     return torch_nn().features.FeatureGetter(model, out_indices=out_indices)
 
 
-def create_numpy_model(name: str, params: dict, **kwargs):
+def create_numpy_model(name: str, params: dict, pretrained_cfg_overlay=None, **kwargs):
     """Build the NumPy model ``name`` from ``params``, a dict of arrays keyed like the PyTorch
     ``state_dict`` (``vit_scratch.state_dict_to_numpy(model.state_dict())``).
 
     Returns a callable model: images (B, C, H, W) ndarray -> logits (B, num_classes) ndarray.
     Missing, unexpected or mis-shaped keys raise a ``ValueError`` that lists them.
+    ``pretrained_cfg_overlay`` is as for :func:`create_model`.
     ``vit_scratch.create_numpy_model`` (``vit_scratch.hub.create_numpy_model``) also takes
     ``checkpoint_path=`` or ``pretrained=True`` instead of ``params``.
     """
     family, spec = lookup(name)
-    return build_numpy_model(family, spec, spec.config(**kwargs), params)
+    overlay = check_pretrained_cfg_overlay(pretrained_cfg_overlay, spec.name)
+    cfg = spec.config(**overlay_defaults(overlay, kwargs))
+    return build_numpy_model(family, spec, cfg, params, overlay)
 
 
-def build_numpy_model(family: Family, spec: ModelSpec, cfg, params):
-    """The NumPy model of ``family`` for ``cfg`` from ``params``, named after ``spec``."""
+def build_numpy_model(family: Family, spec: ModelSpec, cfg, params, pretrained_cfg_overlay=None):
+    """The NumPy model of ``family`` for ``cfg`` from ``params``, named after ``spec``, with
+    its ``pretrained_cfg`` (``pretrained_cfg_overlay``'s entries in place of its own)."""
+    pretrained_cfg = overlaid_pretrained_cfg(spec, cfg, pretrained_cfg_overlay)
     if hasattr(params, "keys") and hasattr(params, "get"):  # a dict: another family's params?
         shapes = {k: getattr(v, "shape", ()) for k, v in params.items()}
         message = other_family_message(shapes, family, f"params for {spec.name}")
         if message:
             raise ValueError(message)
     model = family.numpy_class().class_for(cfg)(cfg, params, name=spec.name)
-    model.pretrained_cfg = spec.pretrained_cfg_for(cfg)
+    model.pretrained_cfg = pretrained_cfg
     return model
 
 

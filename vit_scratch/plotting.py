@@ -299,12 +299,17 @@ def plot_attention_grid_overlay(img: np.ndarray, attn_map: np.ndarray, ax=None,
     return ax
 
 
-def save_attention_figure(image: np.ndarray, attn_map: np.ndarray, path, title: str = "",
-                          what: str = "", alpha: float = 0.5, cmap: str = "inferno"):
+def save_attention_figure(image: np.ndarray, attn_map, path, title: str = "",
+                          what: str = "", alpha: float = 0.5, cmap: str = "inferno",
+                          panel_titles=None):
     """A PNG file of two panels: ``image`` (C, H, W in [0, 1]) as the model saw it, and the same
     image under ``attn_map`` (gh, gw) with opacity ``alpha``, its colour bar beside it;
     ``title`` above (the file and the predicted class), ``what`` the map is below it.  Drawn
-    without pyplot (safe in scripts and threads); returns the figure."""
+    without pyplot (safe in scripts and threads); returns the figure.
+
+    ``attn_map`` may be a list of maps on several grids (a pyramid's scales): then one panel
+    each, side by side after the picture, each with its own colour bar and its
+    ``panel_titles`` entry."""
     from .extras import require
 
     require("matplotlib", "drawing attention maps")
@@ -314,14 +319,17 @@ def save_attention_figure(image: np.ndarray, attn_map: np.ndarray, path, title: 
     image = np.asarray(image)
     if image.shape[0] == 1:
         image = image.repeat(3, 0)
-    fig = Figure(figsize=(6.0, 3.4), layout="constrained")
+    maps = list(attn_map) if isinstance(attn_map, (list, tuple)) else [attn_map]
+    names = list(panel_titles) if panel_titles else [f"attention (opacity {alpha:g})"]
+    fig = Figure(figsize=(3.0 * (1 + len(maps)), 3.4), layout="constrained")
     FigureCanvasAgg(fig)
-    left, right = fig.subplots(1, 2)
+    left, *rights = fig.subplots(1, 1 + len(maps))
     show_image(image, left, "the picture, as the model sees it")
-    plot_attention_grid_overlay(image, attn_map, ax=right, alpha=alpha, cmap=cmap)
-    right.set_title(f"attention (opacity {alpha:g})", fontsize=9)
     left.title.set_fontsize(9)
-    fig.colorbar(right.images[-1], ax=right, shrink=0.8, label="attention weight")
+    for right, grid, name in zip(rights, maps, names):
+        plot_attention_grid_overlay(image, grid, ax=right, alpha=alpha, cmap=cmap)
+        right.set_title(name, fontsize=9)
+        fig.colorbar(right.images[-1], ax=right, shrink=0.8, label="attention weight")
     fig.suptitle("\n".join(t for t in (title, what) if t), fontsize=9)
     fig.savefig(str(path), dpi=100)
     return fig

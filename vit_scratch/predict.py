@@ -8,7 +8,9 @@
 Prints each picture's top-k classes with their probabilities, and writes them into ``--out``
 (default: RUN/predictions, or ``predictions/`` beside a checkpoint file): ``predictions.csv``
 (a row per picture: its best class and probability, the top-k, the attention figure, or why it
-could not be read) and ``predictions.json``.  A picture that does not decode is left out with a
+could not be read) and ``predictions.json``, in place of an earlier call's (whose attention
+figures go too; the command says so).  A picture named twice -- a folder and an overlapping
+pattern -- is predicted once.  A picture that does not decode is left out with a
 warning naming it (``--bad-images skip``, the default) or stops the command, naming every such
 picture, before the model is loaded (``--bad-images error``).  A checkpoint written by the
 trainer (or by ``vit_scratch.save_checkpoint`` from a model of ``create_model``) records the
@@ -23,8 +25,13 @@ can show, never by its family's name --
 * attention rollout (Abnar & Zuidema, 2020) when every layer maps all tokens to all tokens
   (``get_attention_maps`` gives (B, heads, N, N) maps of one size: ViT, DeiT);
 * otherwise, when ``get_attention_maps`` offers ``view="keys"`` (factorized attention, which has
-  no N × N map: CoaT), the factorized view -- where the last layer's key channels pool their
-  values from (``plotting.factorized_attention_view``), averaged over heads and channels;
+  no N × N map: CoaT), the factorized view -- where a layer's key channels pool their values
+  from (``plotting.factorized_attention_view``), averaged over heads and channels.  CoaT is a
+  pyramid: its scales' grids shrink by half a side each (8 × 8, 4 × 4, 2 × 2, 1 × 1 for the
+  small-folder recipe's 32 × 32 pictures), and a 1 × 1 grid shows nothing.  So the figure
+  draws every scale whose grid has more than one token a side, side by side, each the last
+  layer on that grid (:func:`attention_scales`), and :func:`attention_map` is the deepest of
+  them;
 * otherwise the last layer of ``get_attention_grids``, averaged over heads: for CaiT its last
   class-attention layer, the class token's weights over the patches.
 """
@@ -33,6 +40,7 @@ from __future__ import annotations
 import argparse
 import csv
 import inspect
+import json
 import warnings
 from pathlib import Path
 
@@ -50,8 +58,9 @@ PICTURE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".t
 def find_pictures(items) -> list[Path]:
     """The picture files that ``items`` name: a file as it is, a folder's pictures (searched
     below it, sorted, by :data:`PICTURE_SUFFIXES`), a glob pattern's matches (``"new/*.jpg"``,
-    when the shell did not expand it).  A ``ValueError`` for an item that names nothing, or
-    when there is no picture in all."""
+    when the shell did not expand it); each file once, where it was first named (a folder and a
+    pattern that overlap, or a file named twice).  A ``ValueError`` for an item that names
+    nothing, or when there is no picture in all."""
     import glob
 
     files = []
@@ -76,7 +85,8 @@ def find_pictures(items) -> list[Path]:
             raise ValueError(f"picture {str(item)!r}: no such file or folder")
     if not files:
         raise ValueError("no pictures to predict: name picture files, folders or patterns")
-    return files
+    seen = set()
+    return [f for f in files if not (f.resolve() in seen or seen.add(f.resolve()))]
 
 
 def load_pictures(paths, bad_images: str = "error") -> tuple[list, list, list[tuple[str, str]]]:
@@ -85,6 +95,7 @@ def load_pictures(paths, bad_images: str = "error") -> tuple[list, list, list[tu
     ``bad_images="error"`` those are a ``ValueError`` naming each of them; with ``"skip"``
     they are left out, with a warning naming them."""
     from .data import unreadable_pictures
+    from .data.folders import bad_pictures_listed
 
     if bad_images not in ("error", "skip"):
         raise ValueError(f"--bad-images must be 'error' or 'skip', got {bad_images!r}")
@@ -93,19 +104,17 @@ def load_pictures(paths, bad_images: str = "error") -> tuple[list, list, list[tu
     if missing:
         raise ValueError(f"picture {missing[0]!r}: no such file")
     bad = unreadable_pictures(paths)
-    if bad:
-        listed = "; ".join(f"{p} ({why})" for p, why in bad[:10])
-        more = f"; and {len(bad) - 10} more" if len(bad) > 10 else ""
-        if bad_images == "error":
-            raise ValueError(f"{len(bad)} picture(s) cannot be decoded: {listed}{more} (pass "
-                             f"--bad-images skip to predict the others)")
-        warnings.warn(f"left out {len(bad)} picture(s) that cannot be decoded: {listed}{more}",
-                      stacklevel=2)
     skipped = {p for p, _ in bad}
     good = [p for p in paths if str(p) not in skipped]
     if not good:
-        raise ValueError("no picture could be decoded: " + "; ".join(f"{p} ({why})"
-                                                                    for p, why in bad[:10]))
+        raise ValueError(f"no picture could be decoded: {bad_pictures_listed(bad)}")
+    if bad:
+        listed = bad_pictures_listed(bad)
+        if bad_images == "error":
+            raise ValueError(f"{len(bad)} picture(s) cannot be decoded: {listed} (pass "
+                             f"--bad-images skip to predict the others)")
+        warnings.warn(f"left out {len(bad)} picture(s) that cannot be decoded: {listed}",
+                      stacklevel=2)
     return [open_picture(p) for p in good], good, bad
 
 
@@ -132,10 +141,25 @@ def attention_map(model, images: torch.Tensor) -> tuple[np.ndarray, str]:
     except ValueError:
         pass
     if "view" in inspect.signature(model.get_attention_maps).parameters:
-        view = plotting.factorized_attention_view(model, images)[-1]  # (B, heads, d, gh, gw)
-        return view.mean(axis=(1, 2)), "factorized attention: where the last layer's keys pool from"
+        maps, label = attention_scales(model, images)[-1]
+        return maps, f"factorized attention: where the keys of {label} pool from"
     grids = plotting.attention_grids(model, images)[-1]  # (B, heads, gh, gw)
     return grids.mean(axis=1), "the last layer's class attention"
+
+
+def attention_scales(model, images: torch.Tensor) -> list[tuple[np.ndarray, str]]:
+    """For a model with factorized attention (a pyramid: CoaT), ``[(maps (B, gh, gw), which
+    layer)]`` for each of its grids with more than one token a side, coarsest last: the last
+    layer on that grid, averaged over heads and channels (``plotting.factorized_attention_view``).
+    A model whose every grid is 1 × 1 gives its last layer."""
+    from . import plotting
+
+    views = plotting.factorized_attention_view(model, images)  # per layer (B, heads, d, gh, gw)
+    last_on_grid = {v.shape[-2:]: i for i, v in enumerate(views)}  # the last layer of each grid
+    shown = [i for grid, i in last_on_grid.items() if min(grid) > 1] or [len(views) - 1]
+    return [(views[i].mean(axis=(1, 2)),
+             f"layer {i + 1} of {len(views)} ({views[i].shape[-2]} × {views[i].shape[-1]} tokens)")
+            for i in sorted(shown)]
 
 
 def save_attention(model, pictures, names, out: Path, predictions,
@@ -147,6 +171,12 @@ def save_attention(model, pictures, names, out: Path, predictions,
     device = next(model.parameters()).device
     batch = torch.stack([torch.from_numpy(preprocess(p, model)) for p in pictures]).to(device)
     maps, what = attention_map(model, batch)
+    panels = None
+    if "view" in inspect.signature(model.get_attention_maps).parameters:  # a pyramid's scales
+        scales = attention_scales(model, batch)
+        maps = list(zip(*(m for m, _ in scales)))  # per picture: one map per scale
+        panels = [label for _, label in scales]
+        what = "factorized attention: where each scale's keys pool from"
     images = plotting.unnormalize(batch.cpu(), model)  # (B, C, H, W) in about [0, 1]
     out.mkdir(parents=True, exist_ok=True)
     written, used = [], set()
@@ -157,9 +187,9 @@ def save_attention(model, pictures, names, out: Path, predictions,
             stem = f"{Path(name).stem}-{n}"
         used.add(stem)
         path = out / f"{stem}_attention.png"
-        plotting.save_attention_figure(image, attn, path, alpha=alpha,
+        plotting.save_attention_figure(image, list(attn) if panels else attn, path, alpha=alpha,
                                        title=f"{Path(name).name}: {top[0][0]} {top[0][1]:.2f}",
-                                       what=what)
+                                       what=what, panel_titles=panels)
         written.append(path)
     return written
 
@@ -171,6 +201,47 @@ def predictions_folder(run, out=None) -> Path:
         return Path(out)
     run = Path(run)
     return (run if run.is_dir() else run.parent) / run_folder.PREDICTIONS
+
+
+#: What a call of ``predict`` writes into its folder, besides the attention figures.
+PREDICTION_FILES = ("predictions.csv", "predictions.json")
+
+
+def clear_predictions(folder: Path) -> bool:
+    """Remove what an earlier call wrote into ``folder``: predictions.csv, predictions.json
+    and the attention figures its predictions.json lists (nothing else: the folder may be one
+    of the student's own, ``--out``).  Returns whether there was anything."""
+    folder = Path(folder)
+    listed = folder / "predictions.json"
+    rows = []
+    if listed.is_file():
+        try:
+            rows = json.loads(listed.read_text())
+        except ValueError:
+            rows = []
+    for row in rows if isinstance(rows, list) else []:
+        figure = row.get("attention") if isinstance(row, dict) else None
+        if isinstance(figure, str) and figure.endswith("_attention.png"):
+            (folder / Path(figure).name).unlink(missing_ok=True)
+    found = [folder / name for name in PREDICTION_FILES if (folder / name).is_file()]
+    for path in found:
+        path.unlink()
+    return bool(found)
+
+
+def smoothing_note(folder: Path, classes: int) -> str | None:
+    """What label smoothing does to the probabilities, when the run in ``folder`` trained with
+    it (its settings.json says so): the targets gave the true class ``1 - ε + ε / classes``,
+    so even a sure prediction stays near that; ``None`` otherwise."""
+    if not (Path(folder) / run_folder.SETTINGS).is_file():
+        return None
+    smoothing = run_folder.read_settings(folder)["settings"].get("label_smoothing") or 0.0
+    if not 0.0 < smoothing < 1.0:
+        return None
+    top = 1.0 - smoothing + smoothing / classes
+    return (f"the probabilities top out near {top:.2f}: the run trained with label smoothing "
+            f"{smoothing:g}, whose targets give the true class 1 - {smoothing:g} + {smoothing:g}"
+            f"/{classes} = {top:.2f}, not 1; the order of the classes is what counts")
 
 
 def write_predictions(rows: list[dict], out: Path) -> None:
@@ -201,10 +272,14 @@ def predict_files(run, pictures, top_k: int = 5, attention: bool = False, out=No
         raise ValueError(f"--top-k must be a positive integer, got {top_k!r}")
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"--alpha must be in [0, 1], got {alpha!r}")
+    run_folder.check_output_folder(out, "predictions.csv, predictions.json, the attention "
+                                        "figures")
     images, names, bad = load_pictures(find_pictures(pictures), bad_images)
-    model, _, _ = run_folder.open_run(run, device)
+    model, _, source = run_folder.open_run(run, device)
     results = predict(model, images, top_k)
     folder = predictions_folder(run, out)
+    if clear_predictions(folder):
+        log(f"replacing the earlier predictions in {folder} (pass --out DIR to keep them)")
     maps = [None] * len(images)
     if attention:
         maps = save_attention(model, images, names, folder, results, alpha)
@@ -216,6 +291,9 @@ def predict_files(run, pictures, top_k: int = 5, attention: bool = False, out=No
                      "error": None})
     rows += [{"picture": p, "top": [], "attention": None, "error": why} for p, why in bad]
     write_predictions(rows, folder)
+    note = smoothing_note(source, len(model.class_names))
+    if note:
+        log(note)
     log(f"-> {folder}")
     return rows
 
@@ -241,8 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "naming them")
     parser.add_argument("--out", metavar="DIR", default=None,
                         help="where predictions.csv, predictions.json and the attention figures "
-                             "go (default: RUN/predictions, or predictions/ beside a checkpoint "
-                             "file)")
+                             "go, replacing those of an earlier call (default: RUN/predictions, "
+                             "or predictions/ beside a checkpoint file)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                         metavar="DEVICE", help="'cpu', 'cuda', 'cuda:N' or 'mps'")
     return parser

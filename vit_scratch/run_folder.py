@@ -4,9 +4,10 @@
 
     checkpoint.safetensors  the weights after the last finished epoch
     best.safetensors        the weights of the epoch with the best validation accuracy
-    trainer_state.pt        what --resume needs: the weights again, the optimizer, the epoch, the
-                            history, the best epoch (tensors and plain containers only, read back
-                            with ``torch.load(weights_only=True)``)
+    trainer_state.pt        what --resume needs: the weights again, the optimizer (and fp16's
+                            gradient scaler), the epoch, the history, the best epoch (tensors and
+                            plain containers only, read back with
+                            ``torch.load(weights_only=True)``; a damaged one is named)
     settings.json           the trainer's settings, the model's name and config, the class names
                             and the preprocessing (``pretrained_cfg``)
     metrics.csv             one row per epoch, appended as the run goes (a crash keeps them)
@@ -37,7 +38,8 @@ from pathlib import Path
 import torch
 
 from .models import create_model
-from .weights import CheckpointError, load_checkpoint, read_model_info, save_checkpoint
+from .weights import (DATA_CONFIG_KEYS, CheckpointError, load_checkpoint, read_model_info,
+                      save_checkpoint)
 
 CHECKPOINT = "checkpoint.safetensors"
 BEST = "best.safetensors"
@@ -47,10 +49,11 @@ METRICS_CSV = "metrics.csv"
 METRICS = "metrics.json"
 CURVES = "curves.png"
 RUN_FILES = (CHECKPOINT, BEST, STATE, SETTINGS, METRICS_CSV, METRICS, CURVES)
-#: Where ``evaluate`` and ``predict`` write by default, inside the run folder.
+#: Where ``evaluate``, ``predict`` and ``export`` write by default, inside the run folder.
 EVALUATION = "evaluation"
 PREDICTIONS = "predictions"
-RUN_FOLDERS = (EVALUATION, PREDICTIONS)
+EXPORT = "export"
+RUN_FOLDERS = (EVALUATION, PREDICTIONS, EXPORT)
 
 #: Settings that may change when a run is resumed: they do not change what is computed
 #: (``accum_steps`` only up to float rounding), or only what happens after the last epoch
@@ -203,9 +206,41 @@ def save_state(out: Path, model, state: dict) -> None:
     save_atomic(lambda p: torch.save(state, p), out / STATE)
 
 
+#: What ``trainer_state.pt`` holds (``training.progress.RunProgress.save``), and their types.
+STATE_KEYS = {"epoch": int, "settings": dict, "optimizer": dict, "history": list,
+              "train_seconds": float, "cpu_seconds": float, "best_epoch": int, "classes": list,
+              "model": dict}
+
+
 def load_state(out: Path) -> dict:
-    """The saved trainer state of the run in ``out`` (tensors and plain containers only)."""
-    return torch.load(out / STATE, map_location="cpu", weights_only=True)
+    """The saved trainer state of the run in ``out`` (tensors and plain containers only).  A
+    file that ``torch.load(weights_only=True)`` cannot read, or that lacks what ``--resume``
+    needs, is a ``CheckpointError`` naming it and what to do instead."""
+    path = Path(out) / STATE
+    instead = (f"its weights after the last saved epoch are in {str(Path(out) / CHECKPOINT)!r}: "
+               f"start a new run from them with --init {Path(out) / CHECKPOINT} and another "
+               f"--out, or start again with --overwrite")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 -- every reader's error: the file is damaged
+        text = str(error).strip()
+        why = ("not a file torch.save wrote, or one that holds more than tensors and plain "
+               "containers" if "Weights only load failed" in text
+               else f"{type(error).__name__}: {text.split('. ')[0].splitlines()[0][:160]}"
+               if text else type(error).__name__)
+        raise CheckpointError(f"{str(path)!r} is damaged: torch.load cannot read it ({why}); "
+                              f"{instead}") from None
+    wrong = [f"{key} (a {kind.__name__})" for key, kind in STATE_KEYS.items()
+             if not isinstance(state, dict) or not isinstance(state.get(key), kind)
+             and not (kind is float and isinstance(state.get(key), int))]
+    if wrong:
+        raise CheckpointError(f"{str(path)!r} is damaged: it lacks {', '.join(wrong)}; "
+                              f"{instead}")
+    if state["epoch"] != len(state["history"]) or not 1 <= state["best_epoch"] <= state["epoch"]:
+        raise CheckpointError(f"{str(path)!r} is damaged: its epoch {state['epoch']}, best "
+                              f"epoch {state['best_epoch']} and history of "
+                              f"{len(state['history'])} epochs disagree; {instead}")
+    return state
 
 
 def append_metrics_row(out: Path, record: dict) -> None:
@@ -281,8 +316,11 @@ def load_model(path, device="cpu"):
                               f"'model_name' in its metadata: it was not saved by "
                               f"vit_scratch.save_checkpoint from a model of create_model); "
                               f"build the model yourself and use vit_scratch.load_checkpoint")
+    preprocessing = {k: v for k, v in (info.get("pretrained_cfg") or {}).items()
+                     if k in DATA_CONFIG_KEYS}  # as recorded (a pretrained_cfg_overlay's too)
     try:
-        model = create_model(info["model_name"], **info["model_config"])
+        model = create_model(info["model_name"], **info["model_config"],
+                             pretrained_cfg_overlay=preprocessing)
     except (ValueError, TypeError) as error:
         raise CheckpointError(f"checkpoint file {str(path)!r}: its metadata does not describe "
                               f"a model ({error})") from None
@@ -336,6 +374,20 @@ def open_run(run, device="cpu"):
     if mismatch:
         warnings.warn(mismatch, stacklevel=2)
     return model, checkpoint, folder
+
+
+def check_output_folder(out, files: str) -> None:
+    """``--out`` of the commands that read a run (``evaluate``, ``predict``): a folder, or
+    nothing yet; a file there (or in its path) is a ``ValueError`` naming ``--out``, before
+    anything is computed.  ``files``: what the command writes, for the message."""
+    if out is None:
+        return
+    out = Path(out)
+    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        where = "is a file" if existing == out else f"is inside the file {str(existing)!r}"
+        raise ValueError(f"--out {str(out)!r} {where}; the command writes a folder of files "
+                         f"({files}): choose a folder")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

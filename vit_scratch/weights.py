@@ -87,6 +87,29 @@ def _max_abs(state_dict: dict) -> dict[str, float]:
             if v.is_floating_point() and v.numel()}
 
 
+#: DeiT's distillation token and its head: a distilled model has them, a plain one does not.
+DISTILLATION_KEYS = ("dist_token", "head_dist.weight", "head_dist.bias")
+
+
+def _distillation_token_mismatch(state_dict: dict, model: nn.Module, what: str) -> str | None:
+    """A message when one of the checkpoint and the model has DeiT's distillation token and
+    the other does not (the position embedding then differs by a token too, which is not the
+    file's fault), else ``None``."""
+    own = "dist_token" in model.state_dict()
+    if own == ("dist_token" in state_dict):
+        return None
+    name = type(model).__name__
+    keys = ", ".join(DISTILLATION_KEYS)
+    if own:
+        return (f"{what} holds a model without a distillation token, but the {name} has one "
+                f"({keys}: built with distilled=True); build it without (distilled=False, a "
+                f"name without '_distilled_'; the trainer: drop --model-arg distilled=True), or "
+                f"load a distilled checkpoint")
+    return (f"{what} holds a distilled model ({keys}: DeiT's distillation token and its head), "
+            f"but the {name} has no distillation token; build it with distilled=True (a "
+            f"deit_*_distilled_* name; the trainer: --model-arg distilled=True)")
+
+
 def load_checkpoint(model: nn.Module, path, strict: bool = True,
                     pos_embed_grid=None, adapt_in_chans: bool = False) -> nn.Module:
     """Load the checkpoint at ``path`` into ``model`` and return the model.
@@ -102,7 +125,8 @@ def load_checkpoint(model: nn.Module, path, strict: bool = True,
     to the model's ``in_chans``, as timm does (``torch_nn.patch_embed.adapt_input_conv``).
 
     Refused with a ``CheckpointError`` that names the keys: another family's checkpoint ("holds
-    a Cait ..., but the model is a CoaT"), missing, unexpected, mis-shaped or mis-typed keys,
+    a Cait ..., but the model is a CoaT"), a distilled checkpoint for a model without DeiT's
+    distillation token or the reverse, missing, unexpected, mis-shaped or mis-typed keys,
     NaN, infinite or implausibly large values (``checkpoint_checks.MAX_ABS_PARAM``), and aliases of
     one shared tensor that hold different values.
     """
@@ -118,9 +142,10 @@ def load_checkpoint(model: nn.Module, path, strict: bool = True,
     state_dict = read_state_dict(path)
     what = f"checkpoint {str(path)!r}"
     family = models.family_of(type(target))
-    if family is not None:  # one of ours: is the file another family's?
+    if family is not None:  # one of ours: is the file another family's, or another variant?
         message = models.other_family_message(
-            {k: tuple(v.shape) for k, v in state_dict.items()}, family, what)
+            {k: tuple(v.shape) for k, v in state_dict.items()}, family, what) or \
+            _distillation_token_mismatch(state_dict, target, what)
         if message:
             raise CheckpointError(message)
     recorded = recorded_grid(path)
@@ -295,19 +320,29 @@ def _metadata(model, class_names) -> dict[str, str]:
     return metadata
 
 
+#: What ``timm_kwargs`` passes to timm as ``pretrained_cfg_overlay``: the preprocessing the
+#: checkpoint's model expects (timm's ``resolve_data_config`` reads these).
+DATA_CONFIG_KEYS = ("input_size", "mean", "std", "crop_pct", "interpolation", "crop_mode")
+
+
 def timm_kwargs(path) -> dict:
     """The keyword arguments that build, in timm, the model a checkpoint file of ours holds, and
     load the file into it::
 
         model = timm.create_model(**vit_scratch.timm_kwargs("runs/pets/best.safetensors"))
+        transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))
 
     ``model_name`` (the file's registered name, or for a name of ours alone -- the
     ``*_digits`` configs -- a timm name of the same family, every field then given),
-    ``checkpoint_path`` and every field of the recorded config that timm's model class takes
-    (``ConfigMixin.timm_kwargs``).  Fields timm does not take must hold timm's behaviour
-    (CaiT's ``class_token_in_keys=True``, CoaT's ``parallel_mode="interpolation"``); otherwise
-    timm has no such model, and a ``ValueError`` says so.  ``CheckpointError`` for a file that
-    records no model (not written by ``save_checkpoint`` from a model of ``create_model``)."""
+    ``checkpoint_path``, every field of the recorded config that timm's model class takes
+    (``ConfigMixin.timm_kwargs``), and ``pretrained_cfg_overlay``: the preprocessing the file
+    records (:data:`DATA_CONFIG_KEYS`: input size, mean and std, crop_pct, interpolation), so
+    that timm's ``resolve_data_config`` and ``create_transform`` prepare pictures as the model
+    was trained on them.  Fields timm does not take must hold timm's behaviour (CaiT's
+    ``class_token_in_keys=True``, CoaT's ``parallel_mode="interpolation"``); otherwise timm has
+    no such model, and a ``ValueError`` says so.  ``CheckpointError`` for a file that records no
+    model (not written by ``save_checkpoint`` from a model of ``create_model``), or a model
+    this library does not know (another version's name or config field), naming the file."""
     info = read_model_info(path)
     if info["model_name"] is None or info["model_config"] is None:
         raise CheckpointError(f"checkpoint file {str(path)!r} does not record its model (no "
@@ -315,12 +350,21 @@ def timm_kwargs(path) -> dict:
                               f"needs a file that vit_scratch.save_checkpoint wrote from a model "
                               f"of create_model")
     name = info["model_name"]
-    cfg = models.get_config(name, **info["model_config"])
+    try:
+        cfg = models.get_config(name, **info["model_config"])
+    except (ValueError, TypeError) as error:
+        raise CheckpointError(f"checkpoint file {str(path)!r}: its metadata does not describe a "
+                              f"model of this library ({error}); was it written by another "
+                              f"version of vit_scratch? That version rebuilds it") from None
     try:
         kwargs = cfg.timm_kwargs()
     except ValueError as error:
         raise ValueError(f"checkpoint file {str(path)!r} ({name}): {error}") from None
-    return {"model_name": models.timm_name(name, cfg), "checkpoint_path": str(path), **kwargs}
+    recorded = info["pretrained_cfg"] or models.get_pretrained_cfg(name, **info["model_config"])
+    overlay = {k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()
+               if k in DATA_CONFIG_KEYS}
+    return {"model_name": models.timm_name(name, cfg), "checkpoint_path": str(path), **kwargs,
+            "pretrained_cfg_overlay": overlay}
 
 
 def state_dict_to_numpy(state_dict: dict, dtype=None) -> dict[str, np.ndarray]:

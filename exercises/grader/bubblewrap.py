@@ -10,7 +10,9 @@ uses unprivileged user namespaces):
 * a read-only filesystem that holds only the interpreter and its packages, the exercise's view
   of the library at ``/grader/lib`` and copies of the submission's files at ``/submission``:
   no repository, no ``.git``, no hidden test, no solution, no other submission, no report;
-* a private ``/tmp`` and ``/dev/shm`` of :data:`TMPFS_SIZE` bytes each and its own ``/proc``;
+* a private ``/tmp`` and ``/dev/shm`` of :data:`TMPFS_SIZE` bytes each and its own ``/proc``,
+  mounted before the interpreter's folders are bound (an interpreter in a virtual environment
+  under ``/tmp`` works);
 * ``--die-with-parent``, a session of its own; the resource limits are set by the process that
   serves the exercise (:mod:`exercises.grader.sandbox.confine`).
 
@@ -140,6 +142,25 @@ def python_dirs(exclude=()) -> list[str]:
     return sorted(p for p in out if not any(p.startswith(o + os.sep) for o in out))
 
 
+def overlay_destinations(target, bound) -> list[str]:
+    """Where an overlay of ``target`` is bound: its real path, and the path it is found at when
+    that path lies in one of the ``bound`` folders without passing through a link below it (a
+    folder bound under a linked name is a folder of its own in the sandbox). A link kept inside
+    a bound folder -- a package linked into a virtual environment -- leads to the real path."""
+    real, path = os.path.realpath(target), os.path.abspath(target)
+    dests = {real}
+    roots = [b for b in bound if path == b or path.startswith(b.rstrip(os.sep) + os.sep)]
+    if roots and path != real:
+        root = max(roots, key=len)
+        current, linked = root, False
+        for part in path[len(root):].strip(os.sep).split(os.sep):
+            current = os.path.join(current, part)
+            linked = linked or os.path.islink(current)
+        if not linked:
+            dests.add(path)
+    return sorted(dests)
+
+
 def sandbox_args(*, library: Path, submission: Path, overlays, exclude) -> list[str]:
     """bwrap's arguments (without --info-fd and the command) for one exercise: ``library`` and
     ``submission`` are host folders bound at :data:`LIBRARY` and :data:`SUBMISSION`; each
@@ -152,16 +173,17 @@ def sandbox_args(*, library: Path, submission: Path, overlays, exclude) -> list[
         held = [b for b in bad if b.startswith(os.path.realpath(source).rstrip(os.sep) + os.sep)]
         if option == "--ro-bind" and held:
             raise RuntimeError(f"{source} holds {held[0]}: the sandbox would show it (move the repository)")
+    size = ["--size", str(TMPFS_SIZE)] if box["size"] else []
+    # The private /tmp and /dev/shm first: what is bound after them (an interpreter in a virtual
+    # environment under /tmp, the overlays over its packages) is bound inside them, never hidden.
     args = [*_NAMESPACES, *(["--disable-userns"] if box["disable_userns"] else []),
             "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL", "--hostname", "sandbox",
-            *system]
-    for path in python_dirs(exclude):
+            "--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/tmp", *size, "--tmpfs", "/dev/shm", *system]
+    bound = python_dirs(exclude)
+    for path in bound:
         args += ["--ro-bind", path, path]
     for source, target in overlays:
-        for dest in {os.path.abspath(target), os.path.realpath(target)}:
+        for dest in overlay_destinations(target, bound):
             args += ["--ro-bind", str(source), dest]
-    size = ["--size", str(TMPFS_SIZE)] if box["size"] else []
-    args += ["--ro-bind", str(library), LIBRARY, "--ro-bind", str(submission), SUBMISSION,
-             "--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/tmp", *size, "--tmpfs", "/dev/shm",
-             "--chdir", "/"]
+    args += ["--ro-bind", str(library), LIBRARY, "--ro-bind", str(submission), SUBMISSION, "--chdir", "/"]
     return args

@@ -158,11 +158,28 @@ def release(out_dir, root: Path = ROOT, force: bool = False) -> dict:
     root, out_dir = Path(root).resolve(), Path(out_dir).resolve()
     if out_dir == root or root in out_dir.parents:
         raise ReleaseError(f"OUT_DIR {out_dir} must be outside the repository {root}")
+    above = next((p for p in [out_dir, *out_dir.parents] if p.exists()), None)
+    if above is not None and not above.is_dir():
+        what = "is a file" if above == out_dir else f"is inside {above}, which is a file"
+        raise ReleaseError(f"OUT_DIR {out_dir} {what}, not a folder: give a folder that is empty or does not exist")
     if out_dir.exists() and any(out_dir.iterdir()) and not force:
         raise ReleaseError(f"OUT_DIR {out_dir} exists and is not empty (use --force to overwrite)")
     if not (root / "exercises" / "solutions").is_dir():
         raise ReleaseError(f"{root / 'exercises' / 'solutions'} not found: this already is a student "
                            "copy (release from the instructor's repository)")
+    try:
+        copied, stubs = _write_copy(root, out_dir)
+    except OSError as err:
+        raise ReleaseError(f"cannot write the student copy in {out_dir}: {err.strerror}"
+                           + (f" ({err.filename})" if err.filename else "")) from None
+    problems = check_student_copy(out_dir, root)
+    if problems:
+        raise ReleaseError("the student copy is not clean (nothing was released; the copy in "
+                           f"{out_dir} is incomplete -- delete it):\n  " + "\n  ".join(problems))
+    return {"out_dir": str(out_dir), "files": copied, "stubbed": stubs}
+
+
+def _write_copy(root: Path, out_dir: Path) -> tuple[int, list]:
     copied, stubs = 0, []
     for rel in repository_files(root):
         if rel.startswith(EXCLUDED_DIRS):
@@ -180,11 +197,7 @@ def release(out_dir, root: Path = ROOT, force: bool = False) -> dict:
             shutil.copyfile(src, dst)
         shutil.copymode(src, dst)
         copied += 1
-    problems = check_student_copy(out_dir, root)
-    if problems:
-        raise ReleaseError("the student copy is not clean (nothing was released; the copy in "
-                           f"{out_dir} is incomplete -- delete it):\n  " + "\n  ".join(problems))
-    return {"out_dir": str(out_dir), "files": copied, "stubbed": stubs}
+    return copied, stubs
 
 
 ARCHIVES = (".zip", ".whl", ".egg", ".jar", ".tar", ".tgz", ".tbz2", ".txz", ".gz", ".bz2", ".xz")

@@ -40,21 +40,25 @@ _BUILTIN_ERRORS = {cls.__name__: cls for cls in (
     StopIteration, ImportError, ModuleNotFoundError)}
 
 
-def clean(text, limit: int = 160) -> str:
-    """Text from the child, safe to print and to put in a report: one line, bounded, every
-    control or format character (escape sequences, bidirectional overrides) replaced by '?'."""
-    text = text if isinstance(text, str) else ""
-    text = "".join("?" if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn") else c
-                   for c in text[:limit * 2].replace("\n", " "))
-    return text[:limit]
+# What no text from a submission may carry onto a screen or into a report: control characters
+# (escape sequences start with one), format characters (bidirectional overrides), surrogates,
+# private-use and unassigned characters, and the line and paragraph separators U+2028, U+2029.
+_UNSAFE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 
-def printable(text: str, limit: int = 2000) -> str:
-    """Text for the report and the screen: every control or format character but the newline
-    replaced by '?' (a result's type name or an exception's message may carry escapes)."""
+def printable(text, limit: int = 2000) -> str:
+    """The sanitiser of every text a submission controls (messages, type names, folder names),
+    for the report and the screen: each unsafe character (:data:`_UNSAFE`) but the newline
+    replaced by '?', at most ``limit`` characters."""
     text = text if isinstance(text, str) else str(text)
-    return "".join(c if c == "\n" or unicodedata.category(c) not in ("Cc", "Cf", "Cs", "Co", "Cn") else "?"
-                   for c in text[:limit])
+    return "".join(c if c == "\n" or unicodedata.category(c) not in _UNSAFE else "?" for c in text[:limit])
+
+
+def clean(text, limit: int = 160) -> str:
+    """Text from the child as one line: :func:`printable`, with newlines replaced too (and
+    anything but a string made empty)."""
+    text = text if isinstance(text, str) else ""
+    return printable(text[:limit * 2].replace("\n", " "), limit)
 
 
 _NOT_ALLOWED = re.compile(r"([\w.]+) is not allowed in exercise ")

@@ -8,10 +8,12 @@ inside a bubblewrap sandbox (:meth:`Zygote.spawn`; the sandbox's arguments come 
 answer, each answer checked strictly (its nonce, its size, its fields) -- a made-up or
 malformed message ends the exercise with zero; it never reaches the scores, and nothing the
 process sends is reported as an error of the grader. The learner's time is counted while the
-judge waits for an answer, not while the judge computes its references.
+judge waits for an answer, not while the judge computes its references; no wait lasts past the
+end of its submission's wall budget.
 """
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import select
@@ -148,6 +150,7 @@ class Child:
         self.req_fd, self.resp_fd = req_fd, resp_fd
         os.set_blocking(req_fd, False)
         self.budget = 0.0               # seconds of the learner's time left
+        self.deadline = math.inf        # time.monotonic() by which its submission's wall budget ends
         self.status = None              # the raw wait status, once reaped
         self.cpu = 0.0                  # CPU seconds the process used, once reaped
 
@@ -156,9 +159,10 @@ class Child:
         nonce = secrets.token_hex(16)
         data = pack({**header, "nonce": nonce}, blobs)
         start = time.monotonic()
+        deadline = min(start + self.budget, self.deadline)
         try:
-            self._write(data, start + self.budget)
-            answer = self._read(start + self.budget)
+            self._write(data, deadline)
+            answer = self._read(deadline)
         finally:
             self.budget -= time.monotonic() - start
         try:

@@ -6,6 +6,10 @@ Rules: NumPy only (no torch: autograd is what the grader checks you against), no
 tokens, heads or channels -- the grader runs your function at two sizes and counts the Python
 steps your own code takes.
 
+Notebook 10 derives the backward passes of softmax, LayerNorm and attention. These exercises
+ask for the ones it leaves to you: each combines its rules (a Jacobian-vector product, a value
+used twice, a linear map's transpose) on a layer of the later notebooks.
+
 Every function gets ``dout`` = ∂L/∂out, the gradient of some loss L with respect to the
 forward's output, and returns the gradients with respect to the forward's inputs (CS231n's
 backward pattern: Stanford CS231n, assignment 2, https://cs231n.github.io/).
@@ -17,51 +21,73 @@ import math
 import numpy as np
 
 
-def layer_norm_backward(dout: np.ndarray, x: np.ndarray, weight: np.ndarray, eps: float = 1e-6):
-    """Exercise 10.1 -- the backward pass of LayerNorm over the last axis.
+def gelu_tanh_backward(dout: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Exercise 10.1 -- the backward pass of GELU's tanh form.
 
-    Forward (notebook 10, section 3), over the last axis of x (C channels):
+    ViT's checkpoints use the exact GELU, x·Φ(x). The original JAX ViT, BERT and GPT-2 use its
+    tanh approximation (Hendrycks & Gimpel, "Gaussian Error Linear Units (GELUs)", 2016,
+    https://arxiv.org/abs/1606.08415), PyTorch's ``F.gelu(x, approximate="tanh")``:
 
-        μ = mean(x),  σ = √(var(x) + eps)   (the biased variance, mean of squares)
-        x̂ = (x − μ) / σ
-        out = x̂ · weight + bias             weight, bias: (C,)
+        u = √(2/π) · (x + 0.044715 · x³)
+        out = ½ · x · (1 + tanh(u))
 
-    dout, x: (..., C), any leading axes; weight: (C,)
-    returns: (dx, dweight, dbias): dx shaped like x; dweight and dbias (C,), summed over every
-             leading axis (every token of every image used the same weight).
+    dout, x: any shape (the same), float32 or float64
+    returns: dx = ∂L/∂x, shaped like x, in x's dtype
 
-    Hint: with g = dout · weight, dx = (g − mean(g) − x̂ · mean(g · x̂)) / σ, the means over the
-    last axis with keepdims=True: μ and σ depend on every channel, which is where the two
-    mean terms come from.
+    Hints: x appears twice, as the factor in front and inside u (the product rule), and
+    tanh′(u) = 1 − tanh²(u). Compute tanh with ``np.tanh``: a formula with exp() overflows for
+    large |x|.
     """
     ### BEGIN SOLUTION
-    mu = x.mean(axis=-1, keepdims=True)
-    sigma = np.sqrt(x.var(axis=-1, keepdims=True) + eps)
-    xhat = (x - mu) / sigma                                       # (..., C)
-    g = dout * weight                                             # ∂L/∂x̂
-    dx = (g - g.mean(axis=-1, keepdims=True)
-          - xhat * (g * xhat).mean(axis=-1, keepdims=True)) / sigma
-    lead = tuple(range(x.ndim - 1))                               # every axis but the channels
-    return dx, (dout * xhat).sum(axis=lead), dout.sum(axis=lead)
+    c = math.sqrt(2.0 / math.pi)
+    t = np.tanh(c * (x + 0.044715 * x ** 3))
+    du = c * (1.0 + 3 * 0.044715 * x * x)                          # u′(x)
+    return dout * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
     ### END SOLUTION
 
 
-def softmax_backward(dout: np.ndarray, p: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Exercise 10.2 -- the backward pass of softmax, from its output.
+def talking_heads_backward(dout: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                           proj_l_weight: np.ndarray, proj_l_bias: np.ndarray,
+                           proj_w_weight: np.ndarray, proj_w_bias: np.ndarray):
+    """Exercise 10.2 -- the backward pass of talking-heads attention (CaiT's self-attention).
 
-    p = softmax(x) along ``axis`` (any shape, any valid axis). Its Jacobian, along that axis:
+    Forward (notebook 05, Exercise 5.3), on the heads already split, s = d^-½:
 
-        ∂p_i/∂x_j = p_i (δ_ij − p_j)
+        a = s · q kᵀ                       (B, h, N, N)   one score map per head
+        l = mix(a, Wl, bl)                 l[:, g] = Σ_h Wl[g, h] · a[:, h] + bl[g]
+        p = softmax(l)                     over the keys (the last axis)
+        w = mix(p, Ww, bw)                 mixed again
+        out = w v                          (B, h, N, d)
 
-    dout: ∂L/∂p, shaped like p
-    returns: dx = ∂L/∂x, shaped like p -- the Jacobian-vector product, never the (n, n)
-             Jacobian itself.
+    dout, q, k, v: (B, h, N, d); proj_l_weight, proj_w_weight (Wl, Ww): (h, h), PyTorch's
+                   (out, in) layout; proj_l_bias, proj_w_bias: (h,)
+    returns: (dq, dk, dv, dproj_l_weight, dproj_l_bias, dproj_w_weight, dproj_w_bias), each
+             shaped like its input
 
-    Hint: dx_j = Σ_i dout_i · p_i (δ_ij − p_j). Write out both terms of the bracket (the δ_ij
-    term is the Jacobian's diagonal); the sum runs along ``axis`` (keepdims=True).
+    Hints: a head mix is a Linear over the head axis, used at every (batch, query, key)
+    position: its backward mixes the gradients with Wᵀ, and its weight's gradient sums
+    dy_g · a_h over all those positions. The softmax backward is notebook 10's, section 2.
+    ``np.einsum`` says which axis is which.
     """
     ### BEGIN SOLUTION
-    return p * (dout - (dout * p).sum(axis=axis, keepdims=True))
+    s = q.shape[-1] ** -0.5
+    a = s * q @ np.swapaxes(k, -1, -2)                                       # (B, h, N, N)
+    l = np.einsum("gh,bhij->bgij", proj_l_weight, a) + proj_l_bias[:, None, None]
+    e = np.exp(l - l.max(axis=-1, keepdims=True))
+    p = e / e.sum(axis=-1, keepdims=True)                                    # over the keys
+    w = np.einsum("gh,bhij->bgij", proj_w_weight, p) + proj_w_bias[:, None, None]
+    dv = np.swapaxes(w, -1, -2) @ dout                                       # (B, h, N, d)
+    dw = dout @ np.swapaxes(v, -1, -2)                                       # (B, h, N, N)
+    dproj_w_weight = np.einsum("bgij,bhij->gh", dw, p)
+    dproj_w_bias = dw.sum(axis=(0, 2, 3))
+    dp = np.einsum("gh,bgij->bhij", proj_w_weight, dw)                       # mixed back with Wwᵀ
+    dl = p * (dp - (dp * p).sum(axis=-1, keepdims=True))                     # softmax backward
+    dproj_l_weight = np.einsum("bgij,bhij->gh", dl, a)
+    dproj_l_bias = dl.sum(axis=(0, 2, 3))
+    da = np.einsum("gh,bgij->bhij", proj_l_weight, dl)                       # mixed back with Wlᵀ
+    dq = s * da @ k
+    dk = s * np.swapaxes(da, -1, -2) @ q
+    return dq, dk, dv, dproj_l_weight, dproj_l_bias, dproj_w_weight, dproj_w_bias
     ### END SOLUTION
 
 
@@ -112,31 +138,68 @@ def class_attention_backward(dout: np.ndarray, x: np.ndarray, q_weight: np.ndarr
     ### END SOLUTION
 
 
-def factorized_attention_backward(dout: np.ndarray, q: np.ndarray, k: np.ndarray,
-                                  v: np.ndarray):
-    """Exercise 10.4 -- the backward pass of CoaT's factorized attention.
+def conv_attention_backward(dout: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                            size, weights: list, biases: list):
+    """Exercise 10.4 -- the backward pass of CoaT's conv-attention: factorized attention plus
+    its convolutional relative position encoding (CRPE).
 
-    Forward (notebook 06), per head, d = q.shape[-1], s = 1/√d:
+    Forward (notebooks 06 and 07; d = q.shape[-1], s = d^-½), per head:
 
-        k̃ = softmax(k) over the TOKENS (axis -2)     (..., N, d)
-        kv = k̃ᵀ v                                    (..., d, d_v)   one small matrix per head
-        out = s · q kv                               (..., N, d_v)
+        k̃ = softmax(k) over the TOKENS (axis -2)     the class token included
+        out = s · q (k̃ᵀ v) + EV                     (B, h, 1 + H·W, d)
+        EV = q_img ⊙ depthwise_conv(v_img)            the H·W image tokens (Exercise 7.3)
+        EV = 0                                        the class token
 
-    dout: (..., N, d_v); q, k: (..., N, d); v: (..., N, d_v), any leading axes
-    returns: (dq, dk, dv), shaped like q, k, v.
+    The convolution is Exercise 7.2's (stride 1, zero padding k // 2, no flip), on the image
+    tokens of v as a (B, h·d, H, W) image with head-major channels; group i of the heads has
+    its own kernel ``weights[i]`` (heads_i·d, 1, k_i, k_i) and bias ``biases[i]``, in head
+    order, as in Exercise 7.3.
 
-    Hints: kv is a matrix product of two matrices of the same tokens: dk̃ = v dkvᵀ, dv = k̃ dkv.
-    The softmax of k runs down the tokens, so its backward sums over the tokens too.
+    dout, q, k, v: (B, h, 1 + H·W, d), the class token first
+    size:          (H, W)
+    weights, biases: the lists of Exercise 7.3
+    returns: (dq, dk, dv, dweights, dbiases): dq, dk, dv shaped like q, k, v; dweights and
+             dbiases lists shaped like weights and biases
+
+    Hints: q and v each reach the output twice (the factorized term and EV): add both
+    gradients. Section 6 of notebook 10 gives the factorized term's steps. The convolution's
+    backward to its input is the same convolution with the kernel rotated by 180°; to its
+    kernel, Σ over batch and pixels of dout-of-the-conv times the padded input's window
+    (``np.lib.stride_tricks.sliding_window_view``). A loop over the few head groups, or over
+    the kernel offsets, is fine.
     """
     ### BEGIN SOLUTION
-    s = 1.0 / math.sqrt(q.shape[-1])
+    B, h, T, d = q.shape
+    H, W = size
+    s = d ** -0.5
+    # the factorized term, s · q (k̃ᵀ v)
     e = np.exp(k - k.max(axis=-2, keepdims=True))
-    kt = e / e.sum(axis=-2, keepdims=True)                        # (..., N, d), tokens sum to 1
-    kv = np.swapaxes(kt, -1, -2) @ v                              # (..., d, d_v)
-    dq = s * dout @ np.swapaxes(kv, -1, -2)                       # (..., N, d)
-    dkv = s * np.swapaxes(q, -1, -2) @ dout                       # (..., d, d_v)
-    dkt = v @ np.swapaxes(dkv, -1, -2)                            # (..., N, d)
-    dv = kt @ dkv                                                 # (..., N, d_v)
-    dk = kt * (dkt - (dkt * kt).sum(axis=-2, keepdims=True))      # softmax backward down the tokens
-    return dq, dk, dv
+    kt = e / e.sum(axis=-2, keepdims=True)                                   # (B, h, T, d)
+    kv = np.swapaxes(kt, -1, -2) @ v                                         # (B, h, d, d)
+    dq = s * dout @ np.swapaxes(kv, -1, -2)
+    dkv = s * np.swapaxes(q, -1, -2) @ dout                                  # (B, h, d, d)
+    dkt = v @ np.swapaxes(dkv, -1, -2)
+    dv = kt @ dkv
+    dk = kt * (dkt - (dkt * kt).sum(axis=-2, keepdims=True))                 # down the tokens
+    # the CRPE term, EV = q_img ⊙ conv(v_img), as images (B, h·d, H, W)
+    to_image = lambda t: np.swapaxes(t[:, :, 1:], -1, -2).reshape(B, h * d, H, W)  # noqa: E731
+    v_img, q_img, g_img = to_image(v), to_image(q), to_image(dout)
+    conv_v, dconv_in, dweights, dbiases, start = [], [], [], [], 0
+    for weight, bias in zip(weights, biases):                                # a few head groups
+        stop = start + weight.shape[0]
+        kh, kw = weight.shape[2:]
+        ph, pw = kh // 2, kw // 2
+        g = g_img[:, start:stop] * q_img[:, start:stop]                      # ∂L/∂conv(v)
+        pad = ((0, 0), (0, 0), (ph, ph), (pw, pw))
+        win = np.lib.stride_tricks.sliding_window_view(np.pad(v_img[:, start:stop], pad), (kh, kw), axis=(2, 3))
+        conv_v.append(np.einsum("bchwij,cij->bchw", win, weight[:, 0]) + bias[:, None, None])
+        dweights.append(np.einsum("bchw,bchwij->cij", g, win)[:, None])
+        dbiases.append(g.sum(axis=(0, 2, 3)))
+        gwin = np.lib.stride_tricks.sliding_window_view(np.pad(g, pad), (kh, kw), axis=(2, 3))
+        dconv_in.append(np.einsum("bchwij,cij->bchw", gwin, weight[:, 0, ::-1, ::-1]))   # rotated 180°
+        start = stop
+    to_tokens = lambda t: np.swapaxes(t.reshape(B, h, d, H * W), -1, -2)     # noqa: E731
+    dq[:, :, 1:] += to_tokens(g_img * np.concatenate(conv_v, axis=1))
+    dv[:, :, 1:] += to_tokens(np.concatenate(dconv_in, axis=1))
+    return dq, dk, dv, dweights, dbiases
     ### END SOLUTION

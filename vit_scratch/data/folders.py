@@ -28,6 +28,17 @@ def _decode_errors():
     return OSError, SyntaxError, ValueError, Image.DecompressionBombError
 
 
+def _reason(error: BaseException) -> str:
+    """Why a file does not decode, without the path (the messages name it once, beside) and
+    without the reader object Pillow puts in its own message (``cannot identify image file
+    <_io.BufferedReader name=...>``)."""
+    from PIL import UnidentifiedImageError
+
+    if isinstance(error, UnidentifiedImageError):
+        return "not a picture format Pillow recognises, or a damaged header"
+    return str(error) or type(error).__name__
+
+
 def open_picture(path):
     """A picture file -> a PIL image, fully decoded now (a truncated or damaged file fails
     here, with a ``ValueError`` naming the file), in its own mode (16-bit greyscale stays
@@ -35,7 +46,7 @@ def open_picture(path):
     try:
         return _decode(path)
     except _decode_errors() as error:
-        raise ValueError(f"picture {str(path)!r} cannot be decoded: {error}") from None
+        raise ValueError(f"picture {str(path)!r} cannot be decoded: {_reason(error)}") from None
 
 
 def unreadable_pictures(paths) -> list[tuple[str, str]]:
@@ -45,8 +56,14 @@ def unreadable_pictures(paths) -> list[tuple[str, str]]:
         try:
             _decode(path)
         except _decode_errors() as error:
-            bad.append((str(path), str(error) or type(error).__name__))
+            bad.append((str(path), _reason(error)))
     return bad
+
+
+def bad_pictures_listed(bad: list[tuple[str, str]]) -> str:
+    """The first ten ``(path, reason)`` pairs, and how many more, for a message."""
+    listed = "; ".join(f"{p} ({reason})" for p, reason in bad[:10])
+    return listed + (f"; and {len(bad) - 10} more" if len(bad) > 10 else "")
 
 
 def _split_folders(root: Path):
@@ -78,16 +95,25 @@ def _image_folder(path: Path, transform, bad_images: str):
                          f"subfolder(s) with images; a classifier needs at least 2")
     bad = unreadable_pictures(p for p, _ in dataset.samples)
     if bad:
-        listed = "; ".join(f"{p} ({reason})" for p, reason in bad[:10])
-        more = f"; and {len(bad) - 10} more" if len(bad) > 10 else ""
+        listed = bad_pictures_listed(bad)
+        skipped = {p for p, _ in bad}
+        kept = [s for s in dataset.samples if s[0] not in skipped]
+        if not kept:
+            raise ValueError(f"none of the {len(bad)} picture(s) in {str(path)!r} can be "
+                             f"decoded (the first, {bad[0][0]}: {bad[0][1]}). Are they "
+                             f"pictures (.jpg, .png, ...)?")
         if bad_images == "error":
             raise ValueError(f"{len(bad)} picture(s) in {str(path)!r} cannot be decoded: "
-                             f"{listed}{more}. Remove or repair them, or pass --bad-images skip "
-                             f"to train without them")
+                             f"{listed}. Remove or repair them, or pass --bad-images skip "
+                             f"to leave them out")
+        classes_kept = {t for _, t in kept}
+        emptied = [name for i, name in enumerate(dataset.classes) if i not in classes_kept]
+        if emptied:
+            raise ValueError(f"class {emptied[0]!r} of {str(path)!r} has no picture that "
+                             f"decodes: {listed}")
         warnings.warn(f"left out {len(bad)} picture(s) of {str(path)!r} that cannot be decoded: "
-                      f"{listed}{more}", stacklevel=3)
-        skipped = {p for p, _ in bad}
-        dataset.samples = [s for s in dataset.samples if s[0] not in skipped]
+                      f"{listed}", stacklevel=3)
+        dataset.samples = kept
         dataset.imgs, dataset.targets = dataset.samples, [t for _, t in dataset.samples]
     return dataset
 

@@ -106,6 +106,7 @@ class ModelBase:
     def forward_head(self, features: np.ndarray, pre_logits: bool = False) -> np.ndarray:
         """Pool, then classify: (B, num_classes), or (B, num_features) with ``pre_logits`` or
         without a head.  ``features`` come from the caller: their width is checked."""
+        interface.check_flags(pre_logits=pre_logits)
         x = self.pool(features)
         validation.check_last_dim(x.shape, self.num_features, "pooled features")
         return self.classify(x, pre_logits)
@@ -122,6 +123,7 @@ class ModelBase:
     forward = __call__
 
     def get_intermediate_layers(self, images, n=1, reshape: bool = False, norm: bool = False):
+        interface.check_flags(reshape=reshape)
         return tuple(self.forward_intermediates(images, indices=n, norm=norm,
                                                 output_fmt="NCHW" if reshape else "NLC",
                                                 intermediates_only=True))

@@ -92,6 +92,7 @@ class Cait(ModelBase):
         blocks in ``indices`` (patch tokens; the class token does not exist yet there)."""
         take = interface.resolve_indices(indices, self.cfg.depth)
         interface.check_output_fmt(output_fmt)
+        interface.check_flags(norm=norm, intermediates_only=intermediates_only)
         x, outputs = self._self_attention_stage(images, keep=True)
         maps = [interface.tokens_to_grid(self._final_norm(outputs[i]) if norm else outputs[i],
                                          self.cfg.grid_size, 0, output_fmt) for i in take]

@@ -265,6 +265,7 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
         """As ``torch_nn.coat.CoaT.forward_intermediates``: the four scales' grids."""
         take = interface.resolve_indices(indices, 4, what="scales")
         interface.check_output_fmt(output_fmt)
+        interface.check_flags(norm=norm, intermediates_only=intermediates_only)
         early = intermediates_only and (self.cfg.is_lite or take[-1] == 0)
         xs, sizes = self._scales(images, last=take[-1] if early else 3)
         maps = []

@@ -144,6 +144,7 @@ class VisionTransformer(ModelBase):
         """As ``torch_nn.vit.VisionTransformer.forward_intermediates``."""
         take = interface.resolve_indices(indices, self.cfg.depth)
         interface.check_output_fmt(output_fmt)
+        interface.check_flags(norm=norm, intermediates_only=intermediates_only)
         x, outputs, _ = self._blocks(images)
         final_norm = lambda y: _layer_norm(y, self.params["norm.weight"], self.params["norm.bias"])  # noqa: E731
         maps = [interface.tokens_to_grid(final_norm(outputs[i]) if norm else outputs[i],
@@ -238,7 +239,7 @@ class VisionTransformerDistilled(VisionTransformer):
 
     def set_distilled_training(self, enable: bool = True) -> None:
         """``forward_with_cache`` returns both heads' logits (for the distillation loss)."""
-        self.distilled_training = bool(enable)
+        self.distilled_training = validation.check_bool(enable, "enable")
 
     def embed(self, images: np.ndarray) -> np.ndarray:
         """images (B, C, H, W) -> tokens (B, 2 + N, C): [cls; dist; patches] + positions."""

@@ -213,13 +213,17 @@ class ModelSpec:
         """The name's pretrained_cfg, with ``input_size`` and ``num_classes`` those of ``cfg``
         (a fixed-size model accepts exactly that input), and the rest of timm's keys:
         ``fixed_input_size`` (the family's), ``first_conv``, ``classifier``, ``pool_size``
-        (None: the features are tokens, not a map), ``crop_mode``, ``tag`` and ``license``."""
+        (None: the features are tokens, not a map), ``crop_mode``, ``tag`` and ``license``; a
+        single ``mean``/``std`` value is repeated for each of ``cfg.in_chans`` channels."""
         h, w = cfg.img_size if isinstance(cfg.img_size, tuple) else (cfg.img_size,) * 2
         published = bool(self.pretrained_cfg.get("hf_hub_id"))
+        # one mean and std for every channel (the *_digits names) is given once per channel
+        per_channel = {k: tuple(v) * cfg.in_chans for k, v in self.pretrained_cfg.items()
+                       if k in ("mean", "std") and len(v) == 1}
         return {"fixed_input_size": getattr(cfg, "fixed_input_size", True), **self.layer_names,
                 "pool_size": None, "crop_mode": "center", "tag": self.tag,
                 "license": PUBLISHED_WEIGHTS_LICENSE if published else OWN_WEIGHTS_LICENSE,
-                **self.pretrained_cfg, "architecture": self.name,
+                **self.pretrained_cfg, **per_channel, "architecture": self.name,
                 "input_size": (cfg.in_chans, h, w), "num_classes": cfg.num_classes}
 
 

@@ -27,6 +27,7 @@ are left out of the compiled code: ``torch.jit.is_scripting()``), and ``torch.fx
 takes images of its own dtype.
 """
 import re
+import warnings
 from contextlib import contextmanager
 
 import torch
@@ -47,6 +48,29 @@ class UnsupportedPool(ValueError, AssertionError):
     """A ``global_pool`` the model cannot take: a ``ValueError`` (how this library refuses a bad
     argument) that is also an ``AssertionError`` (how timm's models refuse a pool), so code
     written against either catches it."""
+
+
+def tracing() -> bool:
+    """Whether the forward pass is being traced or compiled rather than run: by
+    ``torch.compile`` or ``torch.export`` (and the ONNX exporter built on it, ``dynamo=True``),
+    where sizes may be symbolic, or by ``torch.jit.trace`` (and the TorchScript-based ONNX
+    exporter, ``dynamo=False``), where they are tensors that record how they are used.  A check
+    that reads the values of the images is then left out: there are no values to read, only the
+    example's, and the exported model would not repeat the check."""
+    return torch.compiler.is_compiling() or torch.jit.is_tracing()
+
+
+def image_shape(images: torch.Tensor) -> tuple:
+    """``images.shape`` for the input checks.  Under ``torch.jit.trace`` the sizes are tensors
+    that record their use in the graph; the checks read the example's sizes as ints instead,
+    which records nothing (the tracer's warning that a size became a constant is about such
+    reads, and is silenced for them).  Under ``torch.export`` the batch stays symbolic: the
+    checks never read it (``validation.check_images``)."""
+    if not torch.jit.is_tracing():
+        return tuple(images.shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        return tuple(int(size) for size in images.shape)
 
 
 @contextmanager
@@ -122,8 +146,11 @@ class ModelBase(nn.Module):
         integer (uint8 included), bool and complex images are refused, and so are NaN, infinite
         and huge (> ``validation.MAX_ABS_IMAGE``) values.  The value check runs on CPU tensors
         only: on a GPU it would read a number back and make the host wait for the device on
-        every forward, so there only the dtype and shape are checked.  It is also skipped while
-        ``torch.compile`` or ``torch.fx`` traces the model, and TorchScript compiles none of it.
+        every forward, so there only the dtype and shape are checked.  While ``torch.compile``,
+        ``torch.export`` or ``torch.jit.trace`` (and so either ONNX exporter) trace the model,
+        the example's dtype, channels and size are checked but not its values, and the batch
+        size is left free (:func:`tracing`, :func:`image_shape`); ``torch.fx`` passes its
+        ``Proxy`` through unchecked, and TorchScript compiles none of it.
         """
         if not torch.jit.is_scripting():  # compiled: the images go in as they are
             images = self.checked_images(images)
@@ -138,12 +165,12 @@ class ModelBase(nn.Module):
             raise ValueError(f"images must be a torch.Tensor of shape (B, C, H, W), got "
                              f"{type(images).__name__}{hint}")
         validation.check_image_dtype(images.dtype)
-        self.check_image_size(images.shape)
+        self.check_image_size(image_shape(images))
         like = next(self.parameters())
         if images.device != like.device:
             raise ValueError(f"images are on {images.device} but the model is on {like.device}; "
                              f"move them with images.to({str(like.device)!r})")
-        if images.numel() and images.device.type == "cpu" and not torch.compiler.is_compiling():
+        if not tracing() and images.device.type == "cpu" and images.numel():
             with torch.no_grad():
                 validation.check_image_values(float(images.abs().amax()))
         return images.to(like.dtype)
@@ -243,6 +270,7 @@ class ModelBase(nn.Module):
 
     def forward_head(self, features: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """Pool, then classify; ``features`` come from the caller: their width is checked."""
+        interface.check_flags(pre_logits=pre_logits)
         x = self.pool(features)
         validation.check_last_dim(x.shape, self.num_features, "pooled features")
         return self.classify(x, pre_logits)
@@ -326,6 +354,9 @@ class ModelBase(nn.Module):
         index; the final features are then those of the last block run."""
         take = interface.resolve_indices(indices, len(self.blocks))
         interface.check_output_fmt(output_fmt)
+        interface.check_flags(return_prefix_tokens=return_prefix_tokens, norm=norm,
+                              stop_early=stop_early, intermediates_only=intermediates_only,
+                              output_dict=output_dict)
         x = self.embed(images)  # checks the images
         p = self.patch_embed.patch_size
         grid = (images.shape[-2] // p, images.shape[-1] // p)
@@ -350,6 +381,7 @@ class ModelBase(nn.Module):
         (``forward`` then returns ``forward_features``' tokens).  Returns the indices, counted
         from the first block.  A pruned model is a feature extractor: its ``cfg`` stays the
         one it was built from."""
+        interface.check_flags(prune_norm=prune_norm, prune_head=prune_head)
         take = interface.resolve_indices(indices, len(self.blocks))
         self.blocks = self.blocks[:take[-1] + 1]
         self.feature_info = self.feature_info[:len(self.blocks)]
@@ -366,6 +398,7 @@ class ModelBase(nn.Module):
     def get_intermediate_layers(self, images, n=1, reshape: bool = False, norm: bool = False):
         """timm's older API: the outputs of the last ``n`` blocks (or of blocks ``n`` if a
         list), (B, N, C) tokens without the class token, or (B, C, gh, gw) with ``reshape``."""
+        interface.check_flags(reshape=reshape)
         return tuple(self.forward_intermediates(images, indices=n, norm=norm,
                                                 output_fmt="NCHW" if reshape else "NLC",
                                                 intermediates_only=True))

@@ -261,6 +261,9 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
         model takes any multiple of the total stride."""
         take = interface.resolve_indices(indices, len(self.feature_info), what="scales")
         interface.check_output_fmt(output_fmt)
+        interface.check_flags(return_prefix_tokens=return_prefix_tokens, norm=norm,
+                              stop_early=stop_early, intermediates_only=intermediates_only,
+                              output_dict=output_dict)
         early = (stop_early or intermediates_only) and (self.parallel_blocks is None
                                                         or take[-1] == 0)
         xs = self._scales(images, last=take[-1] if early else 3)
@@ -283,6 +286,7 @@ class CoaT(CoaTImageSizeMixin, ModelBase):
         ends before scale 4), the head and ``aggregate`` with ``prune_head`` or when the output
         no longer ends at scale 4 (``num_features`` is then the last kept scale's width).
         Returns the indices, counted from scale 1."""
+        interface.check_flags(prune_norm=prune_norm, prune_head=prune_head)
         take = interface.resolve_indices(indices, len(self.feature_info), what="scales")
         last = take[-1]
         if self.parallel_blocks is None or last == 0:

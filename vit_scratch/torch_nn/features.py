@@ -81,15 +81,16 @@ class FeatureGetter(nn.Module):
                  prune: bool = True, output_fmt: str = "NCHW"):
         super().__init__()
         interface.check_output_fmt(output_fmt)
+        interface.check_flags(norm=norm, prune=prune)
         if out_indices is None:
             out_indices = model.default_out_indices
+        out_indices = interface.resolve_indices(out_indices, len(model.feature_info),
+                                                what="feature maps", name="out_indices")
         if prune:
             out_indices = model.prune_intermediate_layers(out_indices, prune_norm=not norm)
-        else:
-            out_indices = interface.resolve_indices(out_indices, len(model.feature_info))
         self.model = model
         self.out_indices = tuple(out_indices)
-        self.norm = bool(norm)
+        self.norm = norm
         self.output_fmt = output_fmt
         self.feature_info = FeatureInfo(model.feature_info, self.out_indices)
         self.pretrained_cfg = dict(getattr(model, "pretrained_cfg", {}) or {})

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .. import validation
 from ..specs.vit import ViTConfig
 from .attention import Attention
 from .base import ModelBase
@@ -161,7 +162,7 @@ class VisionTransformerDistilled(VisionTransformer):
     def set_distilled_training(self, enable: bool = True) -> None:
         """timm's switch: with it on, the model in training mode returns both heads' logits
         (for the distillation loss); off, or in eval mode, their average."""
-        self.distilled_training = bool(enable)
+        self.distilled_training = validation.check_bool(enable, "enable")
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, 2 + N, C): patches, class and distillation tokens in front,

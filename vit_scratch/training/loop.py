@@ -5,12 +5,15 @@
    (``--model``, ``--model-arg key=value``) gets as many classes as the data has; the data
    follows the model: resized to its input size and normalised with its mean and std
    (``vit_scratch.data.make_datasets``).  ``--val-fraction`` of each class of the training split
-   is held out for validation (stratified).  The runner of ``--backend`` (``training.runners``)
-   holds the optimiser and its schedule and computes every step.
-2. **The epochs.**  The augmentation of each batch (``vit_scratch.data.random_affine``), one
-   step of the recipe (``training.recipe``) per batch, the validation split evaluated, the best
-   epoch kept (``--patience`` stops early), and the run folder (``vit_scratch.run_folder``) given
-   the weights and everything ``--resume`` needs (``training.progress``).
+   is held out for validation (stratified); one of fewer than 100 pictures is warned of
+   (``training.yardsticks.small_validation``).  The runner of ``--backend`` (``training.runners``) holds the
+   optimiser and its schedule and computes every step.
+2. **The epochs.**  The batches (``distributed.BatchShares``: every picture once, or with
+   ``--balanced-sampling`` every class equally often), the augmentation of each batch
+   (``vit_scratch.data.random_affine``), one step of the recipe (``training.recipe``) per
+   batch, the validation split evaluated, the best epoch kept (``--patience`` stops early), and
+   the run folder (``vit_scratch.run_folder``) given the weights and everything ``--resume``
+   needs (``training.progress``); each epoch's line says its time and the time left.
 3. **Save.**  The test split is evaluated once, on the checkpoint ``--select`` chooses (the best
    validation accuracy, or the last epoch); then ``metrics.json`` and ``curves.png``.
 
@@ -22,24 +25,24 @@ from __future__ import annotations
 import sys
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from .. import distributed, run_folder
 from ..checkpoint_checks import CheckpointError
-from ..data import (ModelTransform, SeededSamples, affine_draws, data_classes, dataset_labels,
-                    make_datasets, plain_pictures, random_affine, validation_split)
+from ..data import (ModelTransform, SeededSamples, data_classes, dataset_labels,
+                    make_datasets, plain_pictures, validation_split)
 from ..run_folder import CURVES, METRICS
 from ..weights import load_pretrained
-from .progress import RunProgress
+from .progress import RunProgress, epoch_times, plural
 from . import yardsticks
-from .recipe import count_params, epoch_seed
+from .recipe import count_params, train_epoch
 from .runners import RUNNERS
-from .settings import (SettingsError, TrainSettings, auto_threads, build_model,
-                       check_settings)
+from .settings import (SettingsError, TrainSettings, auto_threads, baselines, build_model,
+                       check_settings, needs_grad_scaler, precision_name, resolve_precision)
 
 
 def train(settings: TrainSettings, resume: bool = False, overwrite: bool = False, log=print,
@@ -72,10 +75,23 @@ def train(settings: TrainSettings, resume: bool = False, overwrite: bool = False
     device = distributed.device_for(world, RUNNERS[settings.backend].compute_device(settings))
     joined = distributed.join(world, device)
     try:
-        return _train(settings, resume, overwrite, log if world.main else _quiet, on_epoch_end,
-                      datasets, world, device)
+        with _warnings_of_rank_0(world):
+            return _train(settings, resume, overwrite, log if world.main else _quiet,
+                          on_epoch_end, datasets, world, device)
     finally:
         distributed.leave(joined)
+
+
+@contextmanager
+def _warnings_of_rank_0(world):
+    """Rank 0 alone shows warnings, as it alone logs: every process reads the same data and
+    settings, so the others would only repeat them (a picture left out, once per process)."""
+    if world.main:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, device) -> dict:
@@ -85,11 +101,15 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
     model, classes = _model_for_the_data(settings, datasets, state, out, log)
     train_set, val_set, test_set = _datasets(settings, model, datasets)
     run = RunProgress.start(state, settings, out, world, device, log)
-    batches = distributed.BatchShares(len(train_set), settings.batch_size, world, settings.seed)
+    batches = distributed.BatchShares(
+        len(train_set), settings.batch_size, world, settings.seed,
+        labels=dataset_labels(train_set) if settings.balanced_sampling else None)
     workers = dict(num_workers=settings.workers, persistent_workers=settings.workers > 0)
+    samples = SeededSamples(train_set, settings.seed)
+    if settings.workers:
+        samples = WorkerClocks(samples, settings.workers)
     train_loader = torch.utils.data.DataLoader(
-        SeededSamples(train_set, settings.seed), batch_sampler=batches,
-        pin_memory=device.type == "cuda", **workers)
+        samples, batch_sampler=batches, pin_memory=device.type == "cuda", **workers)
     share = settings.batch_size // world.size  # each process's part of a batch
     # Validation and test pictures are read in this process: no augmentation, one pass per
     # epoch, and a second set of workers would cost a fresh start of PyTorch per worker under
@@ -98,29 +118,30 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         distributed.shard(d, world), batch_size=max(256, share))
         for d in (val_set, test_set))
     model.to(device)
-    runner = RUNNERS[settings.backend](model, settings, len(train_loader), state, world, device,
-                                       log)
-    if out is not None and world.main:
-        _write_run_start(out, settings, model, classes, run, overwrite and state is None)
     log(f"{settings.model}: {count_params(model):,} parameters, {len(train_set)} train / "
         f"{len(val_set)} validation / {len(test_set)} test images of "
         f"{tuple(model.pretrained_cfg['input_size'])}, {len(classes)} classes, "
         f"{plural(settings.epochs, 'epoch')} on {device}"
         f"{f' × {world.size} processes' if world.size > 1 else ''}"
-        f"{' (bf16 autocast)' if runner.autocast_dtype is not None else ''}"
-        f"{runner.label}, {plural(torch.get_num_threads(), 'thread')}")
+        f"{_precision_label(settings, device)}"
+        f"{RUNNERS[settings.backend].label}, {plural(torch.get_num_threads(), 'thread')}")
+    notes = []
+    small = yardsticks.small_validation(len(val_set), len(train_set), _validation_carved(settings, datasets))
+    if small:
+        notes.append(small)
+        log(small)
     level = yardsticks.chance(dataset_labels(train_set), len(classes))
-    baseline = None
-    if settings.baseline == "linear" and world.main:
-        baseline = yardsticks.linear_baseline(plain_pictures(train_set), val_set, test_set)
-        log(f"linear baseline (logistic regression on the pixels): validation "
-            f"{baseline['val_accuracy']:.4f}, test {baseline['test_accuracy']:.4f} "
-            f"({baseline['seconds']:.1f} s); chance {level:.4f}")
+    baseline, convnet, teacher = _yardsticks(settings, world, model, classes, (
+        train_set, val_set, test_set), (val_loader, test_loader), level, device, log)
+    runner = RUNNERS[settings.backend](model, settings, len(train_loader), state, world, device,
+                                       log, teacher=teacher)
+    if out is not None and world.main:
+        _write_run_start(out, settings, model, classes, run, overwrite and state is None)
 
     # --- the epochs: train, validate, keep the best, save
     show_bar = world.main and (settings.progress == "on" or (
         settings.progress == "auto" and sys.stderr.isatty()))
-    first_epoch, notes = run.epoch, []
+    first_epoch, walls = run.epoch, []
     for epoch in range(first_epoch, settings.epochs):
         if run.out_of_patience(settings.patience):
             notes.append(f"stopped early after {plural(run.epoch, 'epoch')}: no better "
@@ -130,20 +151,24 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         if not settings.threads and epoch > first_epoch:  # the machine got busier or quieter
             torch.set_num_threads(auto_threads(world, own=torch.get_num_threads()))
         wall0, cpu0 = time.perf_counter(), time.process_time()
+        workers0 = samples.seconds() if settings.workers else 0.0
         batches.set_epoch(epoch)
         record = train_epoch(runner, _progress(train_loader, epoch, settings.epochs, show_bar),
                              settings, epoch, world, device, len(train_set))
         val = runner.evaluate(val_loader)
         record.update(val_loss=val["loss"], val_accuracy=val["accuracy"])
         runner.push(model)  # the weights that are kept and saved are the model's
-        (cpu,) = distributed.sum_over_processes([time.process_time() - cpu0], device)
-        improved = run.add(record, model, time.perf_counter() - wall0, cpu)
+        workers_cpu = samples.seconds() - workers0 if settings.workers else 0.0
+        (cpu,) = distributed.sum_over_processes([time.process_time() - cpu0 + workers_cpu],
+                                                device)
+        walls.append(time.perf_counter() - wall0)
+        improved = run.add(record, model, walls[-1], cpu)
         if out is not None and world.main:
-            run.save(out, model, runner.optimizer, settings, classes, improved)
+            run.save(out, model, runner.optimizer, settings, classes, improved, runner.scaler)
         log(f"epoch {epoch + 1:3d}/{settings.epochs}  loss {record['train_loss']:.4f}  "
             f"train acc {record['train_accuracy']:.4f}  val loss {record['val_loss']:.4f}  "
             f"val acc {record['val_accuracy']:.4f}{'  best' if improved else ''}  "
-            f"({run.train_seconds:.0f} s)")
+            f"({epoch_times(walls, run.train_seconds, settings.epochs - epoch - 1)})")
         warning = yardsticks.not_learning(run.history, level, baseline, settings)
         if warning:
             notes.append(warning)
@@ -161,20 +186,22 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
         "select": settings.select, "selected_epoch": selected_epoch,
         "best_epoch": run.best_epoch, "best_val_accuracy": run.best_val_accuracy,
         "epochs_done": run.epoch, "stopped_early": run.epoch < settings.epochs,
-        "chance": level, "linear_baseline": baseline, "notes": notes,
+        "chance": level, "linear_baseline": baseline, "convnet_baseline": convnet,
+        "notes": notes,
         "train_seconds": run.train_seconds, "cpu_seconds": run.cpu_seconds,
         "params": count_params(model),
         "images": {"train": len(train_set), "val": len(val_set), "test": len(test_set)},
         "device": str(device), "processes": world.size,
-        "precision": "bf16" if runner.autocast_dtype is not None else "fp32",
+        "precision": precision_name(runner.autocast_dtype),
         "threads": torch.get_num_threads(), "torch": str(torch.__version__),
         "settings": asdict(settings), "history": run.history}
     if out is not None and world.main:
         run_folder.write_json(result, out / METRICS)
         run.finish(out)
         _draw_curves(run.history, out, settings, result)
-    beside = (f"; linear baseline {baseline['test_accuracy']:.4f}, chance {level:.4f}"
-              if baseline else f"; chance {level:.4f}")
+    beside = "".join(f"{name} {numbers['test_accuracy']:.4f}, " for name, numbers in (
+        ("linear baseline", baseline), ("convnet", convnet)) if numbers)
+    beside = f"; {beside}chance {level:.4f}"
     log(f"test accuracy {test['accuracy']:.4f}{beside} ({settings.select} checkpoint: epoch "
         f"{selected_epoch}, validation accuracy "
         f"{run.history[selected_epoch - 1]['val_accuracy']:.4f}) after "
@@ -184,43 +211,80 @@ def _train(settings, resume, overwrite, log, on_epoch_end, datasets, world, devi
     return {**result, "model": model, "out": out}
 
 
-def plural(n: int, word: str) -> str:
-    """``1 epoch``, ``2 epochs``."""
-    return f"{n} {word}{'' if n == 1 else 's'}"
+def _precision_label(settings, device) -> str:
+    """`` (bf16 autocast)``, `` (fp16 autocast, gradient scaler)`` or nothing (fp32, or the
+    NumPy backend), as the runner will train."""
+    if settings.backend != "torch":
+        return ""
+    dtype = resolve_precision(settings.precision, device)
+    if dtype is None:
+        return ""
+    scaled = ", gradient scaler" if needs_grad_scaler(dtype) else ""
+    return f" ({precision_name(dtype)} autocast{scaled})"
 
 
-def train_epoch(runner, batches, settings: TrainSettings, epoch: int, world, device,
-                images_in_all: int) -> dict:
-    """One pass over this process's share of the training data (``batches``: a loader over
-    ``SeededSamples`` with ``distributed.BatchShares``): the augmentation and a step of the
-    runner per batch; returns the epoch's record (loss, plain cross-entropy and accuracy, added
-    up over all processes, each image counted once, and the last learning rate).
+def _yardsticks(settings, world, model, classes, splits, loaders, level, device, log):
+    """``(linear baseline, convnet yardstick, teacher)`` of ``--baseline`` and ``--teacher``
+    (``training.yardsticks``, ``training.distillation``), each logged: the linear baseline in
+    rank 0 alone; the convnet, which ``--teacher auto`` also needs, in every process (each
+    trains the same one, on the whole training split)."""
+    from .distillation import AUTO, load_teacher
 
-    Every picture's augmentation is seeded by ``(seed, epoch, index)``
-    (``data.affine_draws``, ``data.SeededSamples``), so any number of processes augments it the
-    same way; dropout and stochastic depth draw from PyTorch's global generator, seeded by
-    ``(seed, epoch, rank)`` (``recipe.epoch_seed``)."""
-    torch.manual_seed(epoch_seed(settings.seed, epoch, world.rank))
-    runner.seed(epoch_seed(settings.seed, epoch, world.rank))  # the NumPy room's own streams
-    runner.train()
-    sums = np.zeros(4)  # loss, cross-entropy (both summed over images), correct, images
-    for step_index, (images, labels, indices, counted) in enumerate(batches):
-        images = images.to(device, non_blocking=True)
-        labels = labels.to(device, non_blocking=True)
-        images = random_affine(images, settings.rotate, settings.translate, settings.scale,
-                               draws=affine_draws(settings.seed, epoch, indices))
-        batch_images = min(settings.batch_size,
-                           images_in_all - step_index * settings.batch_size)
-        lr = runner.lr
-        step = runner.step(images, labels, counted.to(device),
-                           batch_images / world.size if world.size > 1 else None)
-        n = int(counted.sum())
-        sums += (step.loss * n, step.cross_entropy * n, step.correct, n)
-        if hasattr(batches, "set_postfix"):  # the progress bar
-            batches.set_postfix(loss=f"{step.loss:.3f}", lr=f"{lr:.2e}", refresh=False)
-    loss, cross_entropy, correct, count = distributed.sum_over_processes(sums.tolist(), device)
-    return {"epoch": epoch + 1, "lr": lr, "train_loss": loss / count,
-            "train_cross_entropy": cross_entropy / count, "train_accuracy": correct / count}
+    train_set, val_set, test_set = splits
+    names = baselines(settings.baseline)
+    baseline = convnet = trained = None
+    if "linear" in names and world.main:
+        baseline = yardsticks.linear_baseline(plain_pictures(train_set), val_set, test_set)
+        log(f"linear baseline (logistic regression on the pixels): validation "
+            f"{baseline['val_accuracy']:.4f}, test {baseline['test_accuracy']:.4f} "
+            f"({baseline['seconds']:.1f} s); chance {level:.4f}")
+    if "cnn" in names or settings.teacher == AUTO:
+        log(f"convnet yardstick: the small convnet (training.convnet), "
+            f"{plural(settings.epochs, 'epoch')} on the same pictures ...")
+        convnet, trained = yardsticks.convnet_baseline(
+            train_set, *loaders, settings, len(classes), model.pretrained_cfg, device, log)
+        log(f"convnet yardstick ({convnet['params']:,} parameters, epoch "
+            f"{convnet['selected_epoch']}): validation {convnet['val_accuracy']:.4f}, test "
+            f"{convnet['test_accuracy']:.4f} ({convnet['cpu_seconds']:.1f} CPU s)")
+    teacher = load_teacher(settings, model, device, log, classes, trained)
+    return baseline, convnet, teacher
+
+
+def _validation_carved(settings: TrainSettings, datasets) -> bool:
+    """Whether the validation split is held out of the training pictures (``--val-fraction``),
+    rather than given: a folder's own val/ beside train/ and test/, or a caller's datasets."""
+    if datasets is not None:
+        return len(datasets) == 2
+    root = Path(settings.data)
+    return not all((root / name).is_dir() for name in ("train", "val", "test"))
+
+
+class WorkerClocks:
+    """The training samples as DataLoader workers read them, each worker writing its CPU time
+    so far (``time.process_time``, its start included) into shared memory after every item it
+    reads: :meth:`seconds` adds them up, so that the run's CPU seconds count the workers'
+    decoding and augmentation too.  A ``multiprocessing`` array, which workers started by
+    ``fork`` or ``spawn`` both inherit."""
+
+    def __init__(self, dataset, workers: int):
+        import multiprocessing
+
+        self.dataset = dataset
+        self.clocks = multiprocessing.RawArray("d", workers)  # one slot per worker, 0.0 at first
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key):
+        item = self.dataset[key]
+        worker = torch.utils.data.get_worker_info()
+        if worker is not None:
+            self.clocks[worker.id] = time.process_time()
+        return item
+
+    def seconds(self) -> float:
+        """The workers' CPU seconds so far, added up."""
+        return float(sum(self.clocks))
 
 
 # --- the set-up -------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .. import distributed, run_folder
@@ -71,9 +72,11 @@ class RunProgress:
         return patience is not None and self.epoch - max(self.best_epoch,
                                                          self.patience_from) >= patience
 
-    def save(self, out: Path, model, optimizer, settings, classes, improved: bool) -> None:
+    def save(self, out: Path, model, optimizer, settings, classes, improved: bool,
+             scaler=None) -> None:
         """The epoch's files: the checkpoint (and best.safetensors when it improved), the state
-        for --resume, a row of metrics.csv."""
+        for --resume (with fp16's gradient scaler, ``scaler``, if there is one), a row of
+        metrics.csv."""
         run_folder.save_weights(out, CHECKPOINT, model, classes)
         if improved:
             run_folder.save_weights(out, BEST, model, classes)
@@ -82,7 +85,8 @@ class RunProgress:
             "optimizer": optimizer.state_dict(), "history": self.history,
             "train_seconds": self.train_seconds, "cpu_seconds": self.cpu_seconds,
             "best_epoch": self.best_epoch, "patience_from": self.patience_from,
-            "classes": classes, "finished": False}
+            "classes": classes, "finished": False,
+            "grad_scaler": scaler.state_dict() if scaler is not None else None}
         run_folder.save_state(out, model, state)
         run_folder.append_metrics_row(out, self.history[-1])
 
@@ -110,3 +114,28 @@ def _best_weights(out: Path, settings: TrainSettings, num_classes: int) -> dict 
     model = build_model(settings, num_classes)
     load_checkpoint(model, out / BEST)
     return model.state_dict()
+
+
+def plural(n: int, word: str) -> str:
+    """``1 epoch``, ``2 epochs``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def duration(seconds: float) -> str:
+    """``4.2 s``, ``42 s``, ``12 min``, ``2.5 h``."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def epoch_times(walls: list[float], in_all: float, epochs_left: int) -> str:
+    """The end of an epoch's log line: its own wall time, the run's so far, and the time left
+    if each epoch still to come takes the median of this session's epochs (the median: a first
+    epoch that starts the loader's workers says little about the others)."""
+    left = f", about {duration(epochs_left * float(np.median(walls)))} left" if epochs_left \
+        else ""
+    return f"{walls[-1]:.1f} s, {duration(in_all)} in all{left}"

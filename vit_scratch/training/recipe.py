@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import distributed
+from ..data import affine_draws, random_affine
 
 
 def count_params(model) -> int:
@@ -87,10 +88,14 @@ def objective(logits, labels: torch.Tensor, label_smoothing: float = 0.0,
 
         ½ · CE(class head, labels, label smoothing) + ½ · CE(distillation head, teacher_labels)
 
-    -- the smoothing on the true labels only, as DeiT's code does."""
+    -- the smoothing on the true labels only, as DeiT's code does.  A student without a
+    distillation token gives one tensor of logits, which learns both targets (DeiT's hard
+    distillation on the class token alone, its Table 8):
+
+        ½ · CE(logits, labels, label smoothing) + ½ · CE(logits, teacher_labels)"""
     if teacher_labels is None:
         return F.cross_entropy(logits, labels, label_smoothing=label_smoothing, reduction="sum")
-    cls_logits, dist_logits = logits
+    cls_logits, dist_logits = logits if isinstance(logits, tuple) else (logits, logits)
     return (0.5 * F.cross_entropy(cls_logits, labels, label_smoothing=label_smoothing,
                                   reduction="sum")
             + 0.5 * F.cross_entropy(dist_logits, teacher_labels, reduction="sum"))
@@ -113,7 +118,7 @@ def _fp32(logits):
 def train_step(model, images, labels, optimizer, label_smoothing: float = 0.0,
                autocast_dtype: torch.dtype | None = None, accum_steps: int = 1,
                counted: torch.Tensor | None = None, divisor: float | None = None,
-               teacher=None) -> Step:
+               teacher=None, scaler=None) -> Step:
     """One optimisation step on a batch: the mean loss over its images, its gradient, AdamW.
 
     ``accum_steps`` > 1 splits the batch into that many parts and adds their gradients up
@@ -129,10 +134,15 @@ def train_step(model, images, labels, optimizer, label_smoothing: float = 0.0,
     still takes part in the gradient exchange.  The returned ``Step`` is over the counted
     images (zeros when there are none).
 
-    ``teacher``: images -> the teacher's classes (``distillation.Teacher``), for a model in
-    distilled training (it returns both heads): the objective is then hard distillation, and
-    the accuracy and plain cross-entropy are those of the two heads' average, what the model
-    predicts at inference."""
+    ``teacher``: images -> the teacher's classes (``distillation.Teacher``): the objective is
+    then hard distillation.  For a model in distilled training (it returns both heads) the
+    accuracy and plain cross-entropy are those of the two heads' average, what the model
+    predicts at inference.
+
+    ``scaler``: a ``torch.amp.GradScaler``, for fp16 autocast: each part's loss is multiplied
+    by its scale before the backward pass (so that small gradients survive in fp16), and
+    ``scaler.step`` divides the gradients by it again before AdamW's step -- or skips the step
+    when a gradient overflowed, and lowers the scale (``scaler.update``)."""
     n_counted = len(labels) if counted is None else int(counted.sum())
     divisor = max(1, n_counted) if divisor is None else divisor
     counted = torch.ones_like(labels, dtype=torch.bool) if counted is None else counted
@@ -151,13 +161,17 @@ def train_step(model, images, labels, optimizer, label_smoothing: float = 0.0,
             logits, y = _rows(logits, c), y[c]
             targets = None if targets is None else targets[c]
             loss = objective(logits, y, label_smoothing, targets) / divisor
-            loss.backward()
+            (loss if scaler is None else scaler.scale(loss)).backward()
         loss_sum += loss.item() * divisor
         with torch.no_grad():
-            prediction = logits if teacher is None else (logits[0] + logits[1]) / 2
+            prediction = (logits[0] + logits[1]) / 2 if isinstance(logits, tuple) else logits
             ce_sum += F.cross_entropy(prediction, y, reduction="sum").item()
             correct += (prediction.argmax(-1) == y).sum().item()
-    optimizer.step()
+    if scaler is None:
+        optimizer.step()
+    else:
+        scaler.step(optimizer)  # unscales the gradients; skipped if one is not finite
+        scaler.update()
     mean = max(1, n_counted)
     return Step(loss_sum / mean, correct, ce_sum / mean)
 
@@ -194,3 +208,37 @@ def epoch_seed(seed: int, epoch: int, rank: int) -> int:
     ``(seed, epoch, rank)`` by NumPy's ``SeedSequence``: a resumed run needs no saved random
     state.  (The augmentation is seeded per picture: ``vit_scratch.data.SeededSamples``.)"""
     return int(np.random.SeedSequence([seed, epoch, rank]).generate_state(1)[0])
+
+
+def train_epoch(runner, batches, settings, epoch: int, world, device,
+                images_in_all: int) -> dict:
+    """One pass over this process's share of the training data (``batches``: a loader over
+    ``SeededSamples`` with ``distributed.BatchShares``): the augmentation and a step of the
+    runner per batch; returns the epoch's record (loss, plain cross-entropy and accuracy, added
+    up over all processes, each image counted once, and the last learning rate).
+
+    Every picture's augmentation is seeded by ``(seed, epoch, index)``
+    (``data.affine_draws``, ``data.SeededSamples``), so any number of processes augments it the
+    same way; dropout and stochastic depth draw from PyTorch's global generator, seeded by
+    ``(seed, epoch, rank)`` (``recipe.epoch_seed``)."""
+    torch.manual_seed(epoch_seed(settings.seed, epoch, world.rank))
+    runner.seed(epoch_seed(settings.seed, epoch, world.rank))  # the NumPy room's own streams
+    runner.train()
+    sums = np.zeros(4)  # loss, cross-entropy (both summed over images), correct, images
+    for step_index, (images, labels, indices, counted) in enumerate(batches):
+        images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
+        images = random_affine(images, settings.rotate, settings.translate, settings.scale,
+                               draws=affine_draws(settings.seed, epoch, indices))
+        batch_images = min(settings.batch_size,
+                           images_in_all - step_index * settings.batch_size)
+        lr = runner.lr
+        step = runner.step(images, labels, counted.to(device),
+                           batch_images / world.size if world.size > 1 else None)
+        n = int(counted.sum())
+        sums += (step.loss * n, step.cross_entropy * n, step.correct, n)
+        if hasattr(batches, "set_postfix"):  # the progress bar
+            batches.set_postfix(loss=f"{step.loss:.3f}", lr=f"{lr:.2e}", refresh=False)
+    loss, cross_entropy, correct, count = distributed.sum_over_processes(sums.tolist(), device)
+    return {"epoch": epoch + 1, "lr": lr, "train_loss": loss / count,
+            "train_cross_entropy": cross_entropy / count, "train_accuracy": correct / count}

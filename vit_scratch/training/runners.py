@@ -6,10 +6,12 @@ NumPy room's hand-written backward passes and AdamW, on the CPU in fp32).  The l
 (``training.loop``) never asks which one it has; both answer::
 
     Runner.compute_device(settings)   the device the steps run on
-    Runner(model, settings, steps, state=None, world=World(), device=cpu, log=print)
+    Runner(model, settings, steps, state=None, world=World(), device=cpu, log=print,
+           teacher=None)
         model      the PyTorch model of the run: its weights are the ones kept and saved
         steps      optimisation steps per epoch (the schedule's length)
         state      the saved trainer state of a resumed run (the optimiser's state is restored)
+        teacher    the loop's ``distillation.Teacher`` (``--teacher``), else loaded here
     runner.train()                    training mode for the epoch
     runner.seed(seed)                 the epoch's seed for the runner's own random streams
     runner.step(images, labels, counted, divisor)
@@ -21,6 +23,8 @@ NumPy room's hand-written backward passes and AdamW, on the CPU in fp32).  The l
     runner.push(model)                the runner's weights into ``model`` (before saving)
     runner.pull(model)                ``model``'s weights into the runner (the selected epoch's)
     runner.optimizer                  its ``state_dict()`` goes into ``trainer_state.pt``
+    runner.scaler                     fp16's ``torch.amp.GradScaler`` or None: its
+                                      ``state_dict()`` goes into ``trainer_state.pt`` too
     runner.autocast_dtype, runner.label   for the log line (``None`` / ``" in NumPy"``)
     runner.teacher                    ``--teacher``'s model (``distillation.Teacher``) or None:
                                       with one, every step is hard distillation
@@ -43,7 +47,7 @@ from .. import distributed
 from ..schedule import LrSchedule
 from .distillation import load_teacher
 from .recipe import evaluate_everywhere, lr_schedule, param_groups, train_step
-from .settings import resolve_device, resolve_precision, warmup_epochs
+from .settings import needs_grad_scaler, resolve_device, resolve_precision, warmup_epochs
 
 
 def _schedule_steps(settings, steps: int, state) -> dict:
@@ -55,8 +59,9 @@ def _schedule_steps(settings, steps: int, state) -> dict:
 
 class TorchRunner:
     """PyTorch computes each step: autograd, ``torch.optim.AdamW`` on ``recipe.param_groups``,
-    PyTorch's schedulers (``recipe.lr_schedule``), bf16 autocast where ``--precision`` asks for
-    it; the model wrapped in ``DistributedDataParallel`` under torchrun, and ``torch.compile``-d
+    PyTorch's schedulers (``recipe.lr_schedule``), bf16 or fp16 autocast where ``--precision``
+    asks for it (fp16 with ``torch.amp.GradScaler``, whose state a resumed run restores); the
+    model wrapped in ``DistributedDataParallel`` under torchrun, and ``torch.compile``-d
     on a GPU with ``--compile``.  Evaluation runs on the model itself (under DDP: each
     process's share, added up; no gradient averaging needed)."""
 
@@ -67,16 +72,23 @@ class TorchRunner:
         return resolve_device(settings.device)
 
     def __init__(self, model, settings, steps: int, state=None,
-                 world: distributed.World = distributed.World(), device=None, log=print):
+                 world: distributed.World = distributed.World(), device=None, log=print,
+                 teacher=None):
         self.settings, self.device = settings, torch.device("cpu") if device is None else device
         self.autocast_dtype = resolve_precision(settings.precision, self.device)
         self.optimizer = torch.optim.AdamW(param_groups(model, settings.weight_decay),
                                            lr=settings.lr)
         if state is not None:
             self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler = None
+        if needs_grad_scaler(self.autocast_dtype):
+            self.scaler = torch.amp.GradScaler(self.device.type)
+            if state is not None and state.get("grad_scaler"):  # a run that trained in fp16
+                self.scaler.load_state_dict(state["grad_scaler"])
         self.schedule = lr_schedule(self.optimizer, **_schedule_steps(settings, steps, state))
-        self.teacher = load_teacher(settings, model, self.device, log)
-        if self.teacher is not None:
+        self.teacher = teacher if teacher is not None else load_teacher(settings, model,
+                                                                         self.device, log)
+        if self.teacher is not None and getattr(model.cfg, "distilled", False):
             model.set_distilled_training(True)  # training mode: both heads' logits
         self.trainer = self.evaluator = model
         if world.size > 1:
@@ -109,7 +121,8 @@ class TorchRunner:
     def step(self, images: torch.Tensor, labels: torch.Tensor, counted=None, divisor=None):
         s = self.settings
         step = train_step(self.trainer, images, labels, self.optimizer, s.label_smoothing,
-                          self.autocast_dtype, s.accum_steps, counted, divisor, self.teacher)
+                          self.autocast_dtype, s.accum_steps, counted, divisor, self.teacher,
+                          self.scaler)
         self.schedule.step()
         return step
 
@@ -138,14 +151,15 @@ class NumpyRunner:
     NumPy backend already keeps PyTorch for its data pipeline and checkpoints."""
 
     label = " in NumPy"
-    autocast_dtype = None
+    autocast_dtype = scaler = None
 
     @staticmethod
     def compute_device(settings) -> torch.device:
         return torch.device("cpu")
 
     def __init__(self, model, settings, steps: int, state=None,
-                 world: distributed.World = distributed.World(), device=None, log=print):
+                 world: distributed.World = distributed.World(), device=None, log=print,
+                 teacher=None):
         from threadpoolctl import ThreadpoolController
 
         from ..models import build_numpy_model, lookup
@@ -155,7 +169,8 @@ class NumpyRunner:
         family, spec = lookup(settings.model)
         self.model = build_numpy_model(family, spec, model.cfg, params)  # model's checked cfg
         check_trainable(self.model, np.random.default_rng(0))
-        self.teacher = load_teacher(settings, model, torch.device("cpu"), log)  # PyTorch, on CPU
+        self.teacher = teacher if teacher is not None else load_teacher(
+            settings, model, torch.device("cpu"), log)  # PyTorch, on the CPU
         if self.teacher is not None:
             self.model.set_distilled_training(True)  # forward_with_cache: both heads' logits
         self.settings, self.training = settings, True

@@ -60,6 +60,10 @@ def setting(default, help: str, *, metavar: str | None = None, choices=None,
     return field(default=default, metadata=metadata)
 
 
+#: ``--precision``'s choices.
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
 @dataclass
 class TrainSettings:
     """Everything that fixes a training run; ``python -m vit_scratch.train --help`` lists the
@@ -111,14 +115,17 @@ class TrainSettings:
     warmup_epochs: float | None = setting(
         None, "epochs of linear warm-up before the cosine decay to 0, may be fractional "
         "(default: 2, or a tenth of --epochs if that is less)", metavar="N")
-    label_smoothing: float = setting(0.1, "share of the target spread over the other classes",
-                                     metavar="F")
+    label_smoothing: float = setting(
+        0.1, "share of the target spread evenly over all the classes: the true class's target "
+        "is 1 - F + F/classes, so the trained model's probabilities top out near it, not near 1 "
+        "(0.92 for 5 classes at 0.1)", metavar="F")
     teacher: str | None = setting(
         None, "hard distillation (DeiT): a run folder or checkpoint file of a trained model whose "
-        "predictions the student's distillation head learns; the loss is 1/2 CE(class head, "
-        "labels) + 1/2 CE(distillation head, the teacher's argmax).  --model must have a "
-        "distillation token (deit_*_distilled_*, or --model-arg distilled=True) "
-        "(default: none)", metavar="RUN|FILE")
+        "predictions the student learns, or 'auto': the course's small convnet, trained first "
+        "on the same split (the convnet yardstick of --baseline cnn); the loss is 1/2 "
+        "CE(class head, labels) + 1/2 CE(distillation head, the teacher's argmax), through "
+        "the class head for a model without a distillation token (deit_*_distilled_*, "
+        "--model-arg distilled=True have one) (default: none)", metavar="RUN|FILE|auto")
     rotate: float = setting(8.0, "augmentation: random rotation, up to this many degrees either "
                                  "way (0: off)", metavar="DEG")
     translate: float = setting(0.05, "augmentation: random shift, up to this fraction of the "
@@ -134,6 +141,10 @@ class TrainSettings:
         "by a factor in [1 - F, 1 + F] (0: off)", metavar="F")
     seed: int = setting(0, "seeds the initialisation, the data order, the augmentation and "
                            "dropout", metavar="N")
+    balanced_sampling: bool = setting(
+        False, "draw each epoch's training pictures so that every class is seen equally often: "
+        "a small class's pictures repeat, a large class's are sub-sampled, and an epoch keeps "
+        "its number of pictures (off: every picture once an epoch)")
     select: str = setting(
         "best", "the checkpoint the final test uses: 'best' (the epoch of the best validation "
         "accuracy, saved as best.safetensors) or 'last'", choices=("best", "last"))
@@ -141,14 +152,20 @@ class TrainSettings:
         None, "stop after this many epochs without a better validation accuracy (default: "
         "never)", metavar="N")
     baseline: str = setting(
-        "linear", "'linear': fit scikit-learn's logistic regression on the pixels of the same "
-        "training split (seconds), and print its validation and test accuracy beside the "
-        "model's and chance (also in metrics.json and curves.png); 'none': skip it",
-        choices=("linear", "none"))
+        "linear", "the yardsticks printed beside the model's accuracy and chance (also in "
+        "metrics.json): 'linear', scikit-learn's logistic regression on the pixels of the same "
+        "training split (seconds; drawn on curves.png too); 'cnn', the course's small convnet "
+        "trained on the same split with the same augmentation, epochs and schedule (what a "
+        "transformer from scratch has to beat); 'linear,cnn' both; 'none'",
+        metavar="NAMES")
     device: str = setting("auto", "'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:N' "
                                   "or 'mps'", metavar="DEVICE")
-    precision: str = setting("auto", "'auto' (bf16 autocast on a GPU that supports it, else "
-                                     "fp32), 'fp32' or 'bf16'", choices=("auto", "fp32", "bf16"))
+    precision: str = setting(
+        "auto", "'auto' (bf16 autocast on a GPU that supports it; fp16 autocast with a gradient "
+        "scaler on a GPU that does not, such as a T4 or V100; else fp32), 'fp32', 'bf16', or "
+        "'fp16' (autocast, and torch.amp.GradScaler, which scales the loss so that small "
+        "gradients do not vanish in fp16 and skips a step whose gradients overflow)",
+        choices=PRECISIONS)
     compile: bool = setting(False, "torch.compile the model (GPU only; skipped with a note on "
                                    "the CPU)")
     backend: str = setting(
@@ -172,6 +189,24 @@ class TrainSettings:
 #: Named starting points for the settings (``--recipe NAME``): what each changes from the
 #: defaults, which are the digits recipe.  Options given on the command line (or keywords given
 #: to :func:`recipe_settings`) override them.  Measured by benchmarks/bench_small_folder.py.
+BASELINES = ("linear", "cnn")
+
+
+def baselines(text: str) -> tuple[str, ...]:
+    """``--baseline``'s yardsticks: ``"linear,cnn"`` -> ``("linear", "cnn")``, ``"none"`` ->
+    ``()``; anything else is a ``ValueError`` naming the option and the value."""
+    if not isinstance(text, str):
+        raise ValueError(f"--baseline must be 'linear', 'cnn', 'linear,cnn' or 'none', got "
+                         f"{text!r}")
+    names = tuple(n.strip() for n in text.split(","))
+    if names == ("none",):
+        return ()
+    if not names or any(n not in BASELINES for n in names) or len(set(names)) < len(names):
+        raise ValueError(f"--baseline must be 'linear', 'cnn', 'linear,cnn' or 'none', got "
+                         f"{text!r}")
+    return names
+
+
 RECIPES = {
     "digits": {},
     # A folder of a few hundred pictures: a small CoaT-Lite (its convolutions give the inductive
@@ -250,18 +285,36 @@ def resolve_device(device: str) -> torch.device:
 
 
 def resolve_precision(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype (``torch.bfloat16``) or ``None`` for plain fp32."""
-    if precision not in ("auto", "fp32", "bf16"):
-        raise ValueError(f"precision must be 'auto', 'fp32' or 'bf16', got {precision!r}")
+    """The autocast dtype (``torch.bfloat16`` or ``torch.float16``) or ``None`` for plain
+    fp32.  ``'auto'``: bf16 on a CUDA GPU that supports it, fp16 on one that does not (then
+    the runner adds a gradient scaler: :func:`needs_grad_scaler`), fp32 elsewhere; ``'bf16'``
+    on a GPU without it is refused.  On the CPU both work, slowly (for tests)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be {', '.join(map(repr, PRECISIONS[:-1]))} or "
+                         f"{PRECISIONS[-1]!r}, got {precision!r}")
     if precision == "fp32":
         return None
+    if precision == "fp16":
+        return torch.float16
     if device.type == "cuda":
         if torch.cuda.is_bf16_supported():
             return torch.bfloat16
         if precision == "bf16":
-            raise ValueError(f"precision 'bf16' was asked for but {device} does not support it")
-        return None
+            raise ValueError(f"precision 'bf16' was asked for but {device} does not support it "
+                             f"(--precision fp16 trains in fp16 with a gradient scaler)")
+        return torch.float16
     return torch.bfloat16 if precision == "bf16" else None  # bf16 on the CPU works, slowly
+
+
+def needs_grad_scaler(dtype: torch.dtype | None) -> bool:
+    """fp16 autocast needs a gradient scaler (``torch.amp.GradScaler``): fp16 holds numbers
+    down to about 6e-8, and smaller gradients would become 0; bf16 has fp32's range."""
+    return dtype == torch.float16
+
+
+def precision_name(dtype: torch.dtype | None) -> str:
+    """``'fp32'``, ``'bf16'`` or ``'fp16'``: what metrics.json and the log say."""
+    return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
 
 
 def _positive_int(value) -> bool:
@@ -295,8 +348,7 @@ def check_settings(settings: TrainSettings, own_data: bool = False,
             raise ValueError(f"--{name.replace('_', '-')} must be in (0, 1), got {value!r}")
     if settings.select not in ("best", "last"):
         raise ValueError(f"--select must be 'best' or 'last', got {settings.select!r}")
-    if settings.baseline not in ("linear", "none"):
-        raise ValueError(f"--baseline must be 'linear' or 'none', got {settings.baseline!r}")
+    baselines(settings.baseline)
     if settings.bad_images not in ("error", "skip"):
         raise ValueError(f"--bad-images must be 'error' or 'skip', got {settings.bad_images!r}")
     if not (math.isfinite(settings.lr) and settings.lr > 0):
@@ -354,7 +406,7 @@ def check_numpy_backend(settings: TrainSettings, world: distributed.World) -> No
     """``--backend numpy`` computes in NumPy on the CPU, in fp32, in one process, without
     dropout: options that ask for anything else are refused before anything runs."""
     asked = {"--device": settings.device not in ("auto", "cpu") and settings.device,
-             "--precision": settings.precision == "bf16" and "bf16",
+             "--precision": settings.precision in ("bf16", "fp16") and settings.precision,
              "--compile": settings.compile, "--accum-steps": settings.accum_steps != 1 and
              settings.accum_steps, "torchrun": world.size > 1 and f"{world.size} processes"}
     for option, value in asked.items():

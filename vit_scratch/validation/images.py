@@ -9,6 +9,7 @@ to overflow), are refused too.  Both rooms' ``prepare_images`` call these three 
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Sequence
 
 from .configs import grid_size
@@ -84,10 +85,13 @@ def check_images(shape: Sequence[int], in_chans: int | None = None, img_size=Non
     """
     if dtype is not None:
         check_image_dtype(dtype)
-    shape = tuple(map(int, shape))
     if len(shape) != 4:
-        raise ValueError(f"images must have shape (B, C, H, W), got shape {shape}")
-    _, chans, height, width = shape
+        raise ValueError(f"images must have shape (B, C, H, W), got shape {tuple(map(int, shape))}")
+    # The batch size is only shown, never read: under torch.export it is a symbolic size, and
+    # reading it (int(), ==) would fix the exported model to the example's batch.
+    batch = int(shape[0]) if isinstance(shape[0], numbers.Integral) else shape[0]
+    chans, height, width = map(int, shape[1:])
+    shape = (batch, chans, height, width)
     if in_chans is not None and chans != in_chans:
         raise ValueError(
             f"images have {chans} channels but the model expects in_chans={in_chans} "

@@ -8,4 +8,4 @@ ops, ``F.interpolate``, ``F.conv2d(groups=C)``, autograd, hand-worked cases) -- 
 """
 from . import (h01_patch_embedding, h02_self_attention, h03_vision_transformer,  # noqa: F401
                h04_layerscale, h05_class_attention, h06_factorized_attention,
-               h07_conv_position_encoding, h08_coscale, h10_backprop)
+               h07_conv_position_encoding, h08_coscale, h10_backprop, h11_distillation)

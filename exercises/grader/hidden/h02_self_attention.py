@@ -46,7 +46,7 @@ def softmax(g):
                             ((1, 9), 1), ((5, 1), 1), ((2, 3, 4), 2)]:
             x = 3.0 * r.standard_normal(shape)
             close(f(x, axis=axis), ref_softmax(x, axis), f"softmax over axis {axis} of {shape}",
-                  atol=1e-12, mistakes=mistakes(x, axis))
+                  atol=1e-12, mistakes=lambda: mistakes(x, axis))
 
     @g.part("float32 in, float32 out", 1)
     def _():
@@ -82,6 +82,10 @@ def sdpa_mistakes(q, k, v, mask=None):
          f"your weights' rows sum to 1/√d = {1 / math.sqrt(d):.3g}, not 1: did you scale after the softmax?"),
         (attention(q, k, v, mask, scale="none"), "no 1/√d scale: divide the scores q kᵀ by √d"),
         (attention(q, k, v, mask, scale="d"), "scaled by 1/d: the scale is 1/√d"),
+        (attention(q, k, v, mask, scale="times"), "the scores were multiplied by √d: divide them by √d "
+                                                  "(the scale 1/√d keeps their variance near 1)"),
+        (attention(q, k, v, mask, scale="dv") if v.shape[-1] != q.shape[-1] else np.zeros(0),
+         "scaled by √d_v, the values' width: d in 1/√d is the width of q and k (d_k), which q kᵀ sums over"),
         (attention(q, k, v, mask, softmax_dim=-2),
          "the softmax runs over the queries (axis -2): each query's weights over the keys "
          "(axis -1) must sum to 1"),
@@ -95,7 +99,11 @@ def sdpa_mistakes(q, k, v, mask=None):
                                                                  "'may attend'"),
                 (attention(q, k, v, mask, mask_mode="after"), "the masked weights were zeroed after "
                                                               "the softmax, so rows no longer sum to 1: "
-                                                              "mask the scores before the softmax")]
+                                                              "mask the scores before the softmax"),
+                (attention(q, k, v, mask, mask_mode="multiply"), "the mask was multiplied into the scores: a "
+                                                                 "masked score becomes 0, and e⁰ = 1 still gives "
+                                                                 "its key weight -- set masked scores to -inf "
+                                                                 "(np.where) before the softmax")]
     return out
 
 
@@ -108,7 +116,7 @@ def scaled_dot_product_attention(g):
         q = np.array([[2 * math.log(3.0), 0, 0, 0]])          # scaled scores: ln 3 and 0
         k = np.array([[1.0, 0, 0, 0], [0, 0, 0, 0]])
         v = np.array([[4.0, 0.0], [0.0, 8.0]])
-        close(f(q, k, v), [[3.0, 2.0]], "softmax(q kᵀ/2) v", atol=1e-12, mistakes=sdpa_mistakes(q, k, v))
+        close(f(q, k, v), [[3.0, 2.0]], "softmax(q kᵀ/2) v", atol=1e-12, mistakes=lambda: sdpa_mistakes(q, k, v))
 
     @g.part("random shapes: leading axes, N_q != N_k, d_v != d, N_k = d", 3)
     def _():
@@ -117,7 +125,7 @@ def scaled_dot_product_attention(g):
                                     ((2, 3), 6, 6, 16, 16), ((1, 1), 1, 4, 2, 3), ((3, 1, 2), 4, 1, 5, 2)]:
             q, k, v = (r.standard_normal(lead + s) for s in [(nq, d), (nk, d), (nk, dv)])
             close(f(q, k, v), attention(q, k, v), f"attention, q {q.shape}, k {k.shape}, v {v.shape}",
-                  atol=1e-10, mistakes=sdpa_mistakes(q, k, v))
+                  atol=1e-10, mistakes=lambda: sdpa_mistakes(q, k, v))
 
     @g.part("masks: causal, padding, per head", 2)
     def _():
@@ -130,12 +138,13 @@ def scaled_dot_product_attention(g):
         full[..., 0] = True                                    # every query sees key 0
         for name, m in [("causal (5, 5)", causal), ("padding (2, 1, 1, 5)", pad), ("(2, 3, 5, 5)", full)]:
             close(f(q, k, v, mask=m), attention(q, k, v, m), f"attention with a {name} mask",
-                  atol=1e-10, mistakes=sdpa_mistakes(q, k, v, m))
+                  atol=1e-10, mistakes=lambda: sdpa_mistakes(q, k, v, m))
 
     @g.part("float32 in, float32 out", 1)
     def _():
         q, k, v = (rng(113).standard_normal((2, 6, 8)).astype(np.float32) for _ in range(3))
-        close(f(q, k, v), attention(q, k, v), "float32 attention", atol=1e-5, dtype=np.float32)
+        close(f(q, k, v), attention(q, k, v), "float32 attention", atol=1e-5, dtype=np.float32,
+              mistakes=lambda: sdpa_mistakes(q, k, v))
 
     @g.part("large logits (scores in the hundreds)", 2)
     def _():
@@ -143,7 +152,8 @@ def scaled_dot_product_attention(g):
         q, k, v = 30 * r.standard_normal((2, 4, 8)), 30 * r.standard_normal((2, 6, 8)), r.standard_normal((2, 6, 3))
         got = f(q, k, v)
         _finite(got, "attention with scores in the hundreds")
-        close(got, attention(q, k, v), "attention with large scores", atol=1e-10)
+        close(got, attention(q, k, v), "attention with large scores", atol=1e-10,
+              mistakes=lambda: sdpa_mistakes(q, k, v))
 
     def make(n=3, heads=2):
         q = rng(115).standard_normal((heads, n, 4))
@@ -170,7 +180,7 @@ def padding_mask(g):
 
     @g.part("worked example: lengths [3, 1], 4 tokens", 2)
     def _():
-        close(f(np.array([3, 1]), 4), ref([3, 1], 4), "padding_mask([3, 1], 4)", mistakes=mistakes([3, 1], 4))
+        close(f(np.array([3, 1]), 4), ref([3, 1], 4), "padding_mask([3, 1], 4)", mistakes=lambda: mistakes([3, 1], 4))
 
     @g.part("random batches (lengths as an array or a list)", 2)
     def _():
@@ -178,10 +188,11 @@ def padding_mask(g):
         for B, n in [(1, 1), (5, 7), (3, 16), (8, 2)]:
             lengths = r.integers(1, n + 1, size=B)
             close(f(lengths, n), ref(lengths, n), f"padding_mask of {B} lengths, {n} tokens",
-                  mistakes=mistakes(lengths, n))
+                  mistakes=lambda: mistakes(lengths, n))
         close(f([2, 4], 4), ref([2, 4], 4), "padding_mask([2, 4], 4) with a list")
 
-    @g.part("the real tokens' outputs equal the unpadded sequences'", 2)
+    @g.part("the real tokens' outputs equal the unpadded sequences'", 2,
+            requires=["random batches (lengths as an array or a list)"])
     def _():
         r = rng(122)
         lengths, n = np.array([5, 2, 4]), 5
@@ -192,7 +203,8 @@ def padding_mask(g):
             alone = attention(x[b:b + 1, :, :L], x[b:b + 1, :, :L], x[b:b + 1, :, :L])
             close(out[b:b + 1, :, :L], alone, f"sequence {b} (length {L}) in the padded batch", atol=1e-12)
 
-    @g.part("ValueError for a length of 0 or longer than num_tokens", 1)
+    @g.part("ValueError for a length of 0 or longer than num_tokens", 1,
+            requires=["random batches (lengths as an array or a list)"])
     def _():
         expect_error(ValueError, lambda: f(np.array([2, 0]), 4), "length 0", mention="0")
         expect_error(ValueError, lambda: f(np.array([5, 2]), 4), "length 5 > 4 tokens", mention="5")
@@ -225,7 +237,7 @@ def split_merge_heads(g):
     def _():
         x = np.arange(12.0).reshape(1, 2, 6)
         got = split(x, 3)
-        close(got, ref_split(x, 3), "split_heads(x, 3)", atol=0, mistakes=split_mistakes(x, 3))
+        close(got, ref_split(x, 3), "split_heads(x, 3)", atol=0, mistakes=lambda: split_mistakes(x, 3))
 
     @g.part("split_heads on random shapes (one head, d = 1, one token)", 3)
     def _():
@@ -233,7 +245,7 @@ def split_merge_heads(g):
         for B, n, C, h in [(2, 5, 12, 3), (1, 1, 8, 2), (3, 4, 6, 1), (2, 3, 5, 5), (1, 7, 64, 8)]:
             x = r.standard_normal((B, n, C))
             close(split(x, h), ref_split(x, h), f"split_heads of {x.shape} into {h} heads", atol=0,
-                  mistakes=split_mistakes(x, h))
+                  mistakes=lambda: split_mistakes(x, h))
 
     @g.part("merge_heads inverts split_heads", 2)
     def _():
@@ -243,10 +255,14 @@ def split_merge_heads(g):
             expected = xh.transpose(0, 2, 1, 3).reshape(B, n, h * d)
             close(merge(xh), expected, f"merge_heads of {xh.shape}", atol=0,
                   mistakes=[(xh.reshape(B, n, h * d), "a plain reshape mixes tokens and heads: "
-                                                      "transpose (B, h, N, d) -> (B, N, h, d) first")])
+                                                      "transpose (B, h, N, d) -> (B, N, h, d) first"),
+                            (xh.transpose(0, 2, 3, 1).reshape(B, n, h * d) if h > 1 and d > 1 else np.zeros(0),
+                             "merged in (d h) order, channel c of head i at c·h + i: channels are head-major, "
+                             "(h d) -- head i owns channels i·d .. i·d + d − 1, so transpose to (B, N, h, d)")])
             close(merge(split(expected, h)), expected, "merge_heads(split_heads(x))", atol=0)
 
-    @g.part("ValueError when the channels do not split evenly", 1)
+    @g.part("ValueError when the channels do not split evenly", 1,
+            requires=["split_heads on random shapes (one head, d = 1, one token)"])
     def _():
         expect_error(ValueError, lambda: split(np.zeros((2, 5, 12)), 5), "12 channels into 5 heads")
 

@@ -11,6 +11,7 @@ from .references import NUMPY_ONLY, N, T, block, block_params, expected_keys, rn
 
 MOD = "ex03_vision_transformer"
 LAYERS = "vit_scratch.numpy_nn.layers."
+BLOCK_FORWARD = "forward vs an independent reference (float64, random weights)"
 
 
 def vit_params_reference(img_size, patch_size, in_chans, embed_dim, depth, mlp_ratio, num_classes,
@@ -52,7 +53,7 @@ def vit_num_params(g):
     def check(*args, **kwargs):
         equal(f(*args, **kwargs), vit_params_reference(*args, **kwargs),
               f"vit_num_params{args}{'' if not kwargs else ' ' + str(kwargs)}",
-              mistakes=mistakes(args, kwargs))
+              mistakes=lambda: mistakes(args, kwargs))
 
     @g.part("vit_tiny_patch16_224: 5,717,416", 2)
     def _():
@@ -91,6 +92,10 @@ def block_mistakes(x, p, h):
     if h > 1 and C // h > 1:
         out.append((block(x, p, h, heads="dh"), "heads split in the wrong order: channels are "
                                                 "head-major, (h d), not (d h)"))
+    if h > 1 and x.shape[1] > 1:
+        out.append((block(x, p, h, heads="merge_reshape"), "heads merged without the transpose: a reshape of "
+                                                           "(B, h, N, d) to (B, N, C) mixes tokens and heads -- "
+                                                           "transpose to (B, N, h, d) first"))
     return out
 
 
@@ -104,7 +109,7 @@ def block_forward(g):
         x = rng(301).standard_normal((2, 7, 12))
         p = block_params(12, 3, 48, seed=302)
         close(f(x, p, 3), block(x, p, 3), "block_forward (B=2, N=7, C=12, 3 heads)", atol=1e-10,
-              mistakes=block_mistakes(x, p, 3))
+              mistakes=lambda: block_mistakes(x, p, 3))
 
     @g.part("random shapes: one head, one token, batch of one, MLP ratio 2", 2)
     def _():
@@ -113,7 +118,7 @@ def block_forward(g):
             x = r.standard_normal((B, n, C))
             p = block_params(C, h, hidden, seed=int(r.integers(1 << 30)))
             close(f(x, p, h), block(x, p, h), f"block_forward (B={B}, N={n}, C={C}, {h} heads)",
-                  atol=1e-10, mistakes=block_mistakes(x, p, h))
+                  atol=1e-10, mistakes=lambda: block_mistakes(x, p, h))
 
     @g.part("large logits (attention scores in the thousands)", 2)
     def _():
@@ -137,7 +142,7 @@ def block_forward(g):
         x = 1e-3 * rng(306).standard_normal((1, 6, 16))
         p = block_params(16, 2, 32, seed=307)
         close(f(x, p, 2), block(x, p, 2), "block_forward on tokens of size 1e-3", atol=1e-10,
-              mistakes=block_mistakes(x, p, 2))
+              mistakes=lambda: block_mistakes(x, p, 2))
 
     def make(n=3, h=2):
         x = rng(308).standard_normal((1, n, 2 * h))
@@ -148,14 +153,14 @@ def block_forward(g):
                requires=["random shapes: one head, one token, batch of one, MLP ratio 2"])
 
 
-def rollout_ref(maps, fusion="mean", residual=True, renorm=True, order="left"):
+def rollout_ref(maps, fusion="mean", residual=True, renorm=True, order="left", renorm_axis=-1):
     out = None
     for m in maps:
         a = m.mean(axis=1) if fusion == "mean" else m.max(axis=1)
         if residual:
             a = a + np.eye(a.shape[-1])
         if renorm:
-            a = a / a.sum(-1, keepdims=True)
+            a = a / a.sum(renorm_axis, keepdims=True)
         out = a if out is None else (a @ out if order == "left" else out @ a)
     return out
 
@@ -171,7 +176,10 @@ def attention_rollout(g):
                                                    "go on the left, R = A_L ... A_1"),
                 (rollout_ref(maps, renorm=False), "renormalise each row to sum to 1 after adding "
                                                   "the identity"),
-                (rollout_ref(maps, fusion="max"), "average the heads (mean over axis 1), not max")]
+                (rollout_ref(maps, fusion="max"), "average the heads (mean over axis 1), not max"),
+                (rollout_ref(maps, renorm_axis=-2), "renormalised over the columns: each row (a query's "
+                                                    "weights, the last axis) must sum to 1 -- divide by "
+                                                    "a.sum(axis=-1, keepdims=True)")]
 
     @g.part("hand-worked: token 0 copies token 1", 2)
     def _():
@@ -186,9 +194,9 @@ def attention_rollout(g):
         for B, h, n, L in [(2, 3, 6, 3), (1, 1, 4, 1), (3, 4, 5, 4), (1, 2, 9, 2)]:
             maps = [r.dirichlet(np.ones(n), size=(B, h, n)) for _ in range(L)]
             close(f(maps), rollout_ref(maps), f"rollout of {L} blocks, B={B}, {h} heads, N={n}",
-                  atol=1e-12, mistakes=mistakes(maps))
+                  atol=1e-12, mistakes=lambda: mistakes(maps))
 
-    @g.part("shape (B, N, N), rows sum to 1", 1)
+    @g.part("shape (B, N, N), rows sum to 1", 1, requires=["random maps: blocks, heads, batch of one"])
     def _():
         maps = [rng(312).dirichlet(np.ones(7), size=(2, 3, 7)) for _ in range(5)]
         got = np.asarray(f(maps))
@@ -249,7 +257,28 @@ def grads_reach_everything(module, x) -> None:
 def block_module(g):
     make = g.cls("Block")
 
-    @g.part("state_dict keys and shapes (timm's names)", 2)
+    def eps_hint(m):
+        return any(e != 1e-6 for e in m.layer_norm_eps())
+
+    @g.part(BLOCK_FORWARD, 5)
+    def _():
+        r = rng(341)
+        for B, n, C, h, ratio in [(2, 7, 12, 3, 4.0), (1, 5, 8, 1, 2.0), (3, 1, 16, 4, 4.0), (2, 6, 10, 5, 3.0),
+                                  (2, 3, 10, 2, 2.75)]:
+            hidden = int(C * ratio)
+            p = block_params(C, h, hidden, seed=int(r.integers(1 << 30)))
+            m = make(C, h, mlp_ratio=ratio)
+            check_keys(m, expected_keys(C, hidden), f"Block({C}, {h}, mlp_ratio={ratio})",
+                       hint="" if hidden == round(C * ratio) else
+                       f"the MLP's hidden size is int(dim · mlp_ratio) = {hidden}, rounded down (timm), not round()")
+            m = load(m, p)
+            x = r.standard_normal((B, n, C))
+            if eps_hint(m):
+                raise Fail("a LayerNorm has eps != 1e-6 (nn.LayerNorm's default is 1e-5; ViT uses 1e-6)")
+            close(forward(m, x), block(x, p, h), f"Block({C}, {h}) on (B={B}, N={n})", atol=1e-10,
+                  mistakes=lambda: block_mistakes(x, p, h))
+
+    @g.part("state_dict keys and shapes (timm's names)", 2, requires=[BLOCK_FORWARD])
     def _():
         check_keys(make(12, 3), expected_keys(12, 48), "Block(12, 3)")
         check_keys(make(8, 2, mlp_ratio=2.0, qkv_bias=False), expected_keys(8, 16, qkv_bias=False),
@@ -257,36 +286,20 @@ def block_module(g):
         check_keys(make(10, 2, mlp_ratio=2.75), expected_keys(10, 27), "Block(10, 2, mlp_ratio=2.75)",
                    hint="the MLP's hidden size is int(dim · mlp_ratio) = 27, rounded down (timm), not round()")
 
-    def eps_hint(m):
-        return any(e != 1e-6 for e in m.layer_norm_eps())
-
-    @g.part("forward vs an independent reference (float64, random weights)", 5)
-    def _():
-        r = rng(341)
-        for B, n, C, h, ratio in [(2, 7, 12, 3, 4.0), (1, 5, 8, 1, 2.0), (3, 1, 16, 4, 4.0), (2, 6, 10, 5, 3.0),
-                                  (2, 3, 10, 2, 2.75)]:
-            hidden = int(C * ratio)
-            p = block_params(C, h, hidden, seed=int(r.integers(1 << 30)))
-            m = load(make(C, h, mlp_ratio=ratio), p)
-            x = r.standard_normal((B, n, C))
-            if eps_hint(m):
-                raise Fail("a LayerNorm has eps != 1e-6 (nn.LayerNorm's default is 1e-5; ViT uses 1e-6)")
-            close(forward(m, x), block(x, p, h), f"Block({C}, {h}) on (B={B}, N={n})", atol=1e-10,
-                  mistakes=block_mistakes(x, p, h))
-
     @g.part("float32 (PyTorch's default dtype)", 1)
     def _():
         p = block_params(12, 3, 48, seed=342, dtype=np.float32)
         m = load(make(12, 3), p, dtype=torch.float32)
         x = rng(343).standard_normal((2, 5, 12)).astype(np.float32)
-        close(forward(m, x), block(x, p, 3), "float32 Block", atol=2e-5, rtol=1e-5, dtype=np.float32)
+        close(forward(m, x), block(x, p, 3), "float32 Block", atol=2e-5, rtol=1e-5, dtype=np.float32,
+              mistakes=lambda: block_mistakes(x, p, 3))
 
-    @g.part("gradients reach every parameter", 1)
+    @g.part("gradients reach every parameter", 1, requires=[BLOCK_FORWARD])
     def _():
         m = load(make(8, 2), block_params(8, 2, 32, seed=344))
         grads_reach_everything(m, rng(345).standard_normal((2, 3, 8)))
 
-    @g.part("ValueError when dim is not a multiple of num_heads", 1)
+    @g.part("ValueError when dim is not a multiple of num_heads", 1, requires=[BLOCK_FORWARD])
     def _():
         expect_error(ValueError, lambda: make(10, 3), "Block(10, 3)")
 
@@ -297,4 +310,4 @@ def block_module(g):
         return m.later(x)
 
     g.no_loops(2, make_call, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"h": 2}, {"h": 12}, 10)},
-               requires=["forward vs an independent reference (float64, random weights)"])
+               requires=[BLOCK_FORWARD])

@@ -8,6 +8,7 @@ from .h03_vision_transformer import check_keys, forward, grads_reach_everything,
 from .references import N, T, block, block_params, expected_keys, rng
 
 MOD = "ex04_layerscale"
+LS_FORWARD = "forward vs an independent reference (random weights and gammas)"
 
 
 def rule(depth):
@@ -34,13 +35,13 @@ def layerscale_init_value(g):
                 raise Fail(f"layerscale_init_value({depth}) returned {type_name(got)}, not a number") from None
             equal(value, rule(depth), f"layerscale_init_value({depth})", mistakes=hints)
 
-    @g.part("returns a float", 1)
+    @g.part("returns a float", 1, requires=["CaiT's rule at every depth 1 ... 40, and 100"])
     def _():
         got = f(12)
         if not isinstance(got, (float, np.floating)):
             raise Fail(f"layerscale_init_value(12) returned {type_name(got)}: return a float")
 
-    @g.part("ValueError for depth < 1", 1)
+    @g.part("ValueError for depth < 1", 1, requires=["CaiT's rule at every depth 1 ... 40, and 100"])
     def _():
         expect_error(ValueError, lambda: f(0), "depth 0", mention="0")
         expect_error(ValueError, lambda: f(-3), "depth -3", mention="-3")
@@ -69,7 +70,20 @@ def layerscale_block(g):
     make = g.cls("LayerScaleBlock")
     extra = lambda C: {"gamma_1": (C,), "gamma_2": (C,)}  # noqa: E731
 
-    @g.part("state_dict keys, shapes and initial values", 2)
+    @g.part(LS_FORWARD, 4)
+    def _():
+        r = rng(401)
+        for B, n, C, h in [(2, 10, 10, 5), (2, 7, 12, 3), (1, 8, 8, 2), (3, 1, 6, 1)]:
+            p = block_params(C, h, 4 * C, seed=int(r.integers(1 << 30)))
+            gam = gammas(C, int(r.integers(1 << 30)))
+            m = make(C, h)
+            check_keys(m, expected_keys(C, 4 * C, extra=extra(C)), f"LayerScaleBlock({C}, {h})")
+            m = load(m, {**p, "gamma_1": gam[0], "gamma_2": gam[1]})
+            x = r.standard_normal((B, n, C))
+            close(forward(m, x), block(x, p, h, gamma=gam), f"LayerScaleBlock({C}, {h}) on (B={B}, N={n})",
+                  atol=1e-10, mistakes=lambda: ls_mistakes(x, p, h, gam))
+
+    @g.part("state_dict keys, shapes and initial values", 2, requires=[LS_FORWARD])
     def _():
         m = make(12, 3)
         check_keys(m, expected_keys(12, 48, extra=extra(12)), "LayerScaleBlock(12, 3)")
@@ -80,32 +94,21 @@ def layerscale_block(g):
         close(N(m.state_dict()["gamma_2"]), np.full(8, 0.1), "gamma_2 at init (init_values=0.1)",
               atol=1e-9, rtol=1e-6)
 
-    @g.part("forward vs an independent reference (random weights and gammas)", 4)
-    def _():
-        r = rng(401)
-        for B, n, C, h in [(2, 10, 10, 5), (2, 7, 12, 3), (1, 8, 8, 2), (3, 1, 6, 1)]:
-            p = block_params(C, h, 4 * C, seed=int(r.integers(1 << 30)))
-            gam = gammas(C, int(r.integers(1 << 30)))
-            m = load(make(C, h), {**p, "gamma_1": gam[0], "gamma_2": gam[1]})
-            x = r.standard_normal((B, n, C))
-            close(forward(m, x), block(x, p, h, gamma=gam), f"LayerScaleBlock({C}, {h}) on (B={B}, N={n})",
-                  atol=1e-10, mistakes=ls_mistakes(x, p, h, gam))
-
-    @g.part("gamma = 0 makes the block the identity", 1)
+    @g.part("gamma = 0 makes the block the identity", 1, requires=[LS_FORWARD])
     def _():
         p = block_params(8, 2, 32, seed=402)
         m = load(make(8, 2), {**p, "gamma_1": np.zeros(8), "gamma_2": np.zeros(8)})
         x = rng(403).standard_normal((2, 5, 8))
         close(forward(m, x), x, "output with gamma_1 = gamma_2 = 0", atol=0)
 
-    @g.part("gradients reach every parameter, gammas included", 1)
+    @g.part("gradients reach every parameter, gammas included", 1, requires=[LS_FORWARD])
     def _():
         p = block_params(8, 2, 32, seed=404)
         gam = gammas(8, 405)
         m = load(make(8, 2), {**p, "gamma_1": gam[0], "gamma_2": gam[1]})
         grads_reach_everything(m, rng(406).standard_normal((2, 3, 8)))
 
-    @g.part("ValueError for init_values <= 0 and dim % num_heads", 2)
+    @g.part("ValueError for init_values <= 0 and dim % num_heads", 2, requires=[LS_FORWARD])
     def _():
         expect_error(ValueError, lambda: make(8, 2, init_values=0.0), "init_values=0")
         expect_error(ValueError, lambda: make(8, 2, init_values=-1e-5), "init_values=-1e-5")
@@ -119,4 +122,4 @@ def layerscale_block(g):
         return m.later(x)
 
     g.no_loops(2, make_call, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"h": 2}, {"h": 12}, 10)},
-               requires=["forward vs an independent reference (random weights and gammas)"])
+               requires=[LS_FORWARD])

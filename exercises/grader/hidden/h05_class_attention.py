@@ -12,6 +12,7 @@ from .h03_vision_transformer import check_keys, forward, grads_reach_everything,
 from .references import NUMPY_ONLY, N, T, attention, rng
 
 MOD = "ex05_class_attention"
+TH_FORWARD = "forward vs an independent reference (float64, random weights)"
 
 
 def ca_params(C, seed, bias=True):
@@ -32,8 +33,8 @@ def weights(p):
 def class_attn_ref(x, p, h, class_token_in_keys=True, scale="before", heads="hd", queries="cls", kv="first",
                    return_attention=False):
     """Class attention in float64 torch ops, with switches for the classic mistakes: the scale
-    'none' or 'after' the softmax, the heads split (d h), every token a query, the last token
-    left out of the keys instead of the class token."""
+    'none', 'after' the softmax or 'C' (1/√C, the whole width), the heads split (d h), every
+    token a query, the last token left out of the keys instead of the class token."""
     t = {k: T(np.asarray(v, dtype=np.float64)) for k, v in p.items() if v is not None}
     x = T(np.asarray(x, dtype=np.float64))
     B, n_tok, C = x.shape
@@ -54,6 +55,8 @@ def class_attn_ref(x, p, h, class_token_in_keys=True, scale="before", heads="hd"
     s = q @ k.transpose(-2, -1)
     if scale == "before":
         s = s / math.sqrt(d)
+    elif scale == "C":
+        s = s / math.sqrt(C)
     w = torch.softmax(s, dim=-1)
     if scale == "after":
         w = w / math.sqrt(d)
@@ -71,6 +74,9 @@ def ca_mistakes(x, p, h, class_token_in_keys=True):
             "scores, before the softmax"),
            (class_attn_ref(x, p, h, class_token_in_keys, scale="none"), "the scores need the scale 1/√d "
                                                               "(d = C / num_heads)"),
+           (class_attn_ref(x, p, h, class_token_in_keys, scale="C") if h > 1 else np.zeros(0),
+            f"scaled by 1/√C = 1/√{x.shape[-1]}, the whole width: each head's scores are scaled by 1/√d, "
+            f"d = C / num_heads = {d}"),
            (class_attn_ref(x, p, h, class_token_in_keys, queries="all"), "only the class token is a query: the "
                                                                  "result is (B, 1, C), the update of the "
                                                                  "class token alone")]
@@ -97,7 +103,10 @@ def attn_mistakes(x, p, h, class_token_in_keys=True):
              f"the weights' rows sum to 1/√d = {1 / math.sqrt(d):.3g}, not 1: scale the scores before the "
              "softmax"),
             (class_attn_ref(x, p, h, class_token_in_keys, scale="none", return_attention=True)[1],
-             "the weights come from unscaled scores: divide q kᵀ by √d before the softmax")]
+             "the weights come from unscaled scores: divide q kᵀ by √d before the softmax"),
+            (class_attn_ref(x, p, h, class_token_in_keys, scale="C", return_attention=True)[1] if h > 1
+             else np.zeros(0), f"scaled by 1/√C, the whole width: each head's scores are scaled by 1/√d, "
+                               f"d = C / num_heads = {d}")]
 
 
 def large_scores_case(seed):
@@ -133,7 +142,7 @@ def class_attention(g):
     def _():
         x, eye = _hand_case()
         close(f(x, *weights(eye), 1), [[[1 / 3, 1 / 3]]], "identity weights, class token 0, 1 head",
-              atol=1e-12, mistakes=ca_mistakes(x, eye, 1))
+              atol=1e-12, mistakes=lambda: ca_mistakes(x, eye, 1))
 
     @g.part("random inputs vs an independent reference", 3)
     def _():
@@ -141,35 +150,37 @@ def class_attention(g):
         for B, n, C, h in [(2, 6, 12, 3), (1, 9, 8, 2), (3, 1, 6, 1), (2, 16, 16, 4), (1, 4, 10, 5)]:
             x, p = r.standard_normal((B, 1 + n, C)), ca_params(C, int(r.integers(1 << 30)))
             close(f(x, *weights(p), h), class_attn_ref(x, p, h),
-                  f"class attention (B={B}, N={n}, C={C}, {h} heads)", atol=1e-10, mistakes=ca_mistakes(x, p, h))
+                  f"class attention (B={B}, N={n}, C={C}, {h} heads)", atol=1e-10,
+                  mistakes=lambda: ca_mistakes(x, p, h))
 
     @g.part("return_attention=True: the (B, h, 1, 1 + N) weights", 1)
     def _():
         x, p = rng(510).standard_normal((2, 1 + 5, 8)), ca_params(8, 511)
         out, attn = _pair(f(x, *weights(p), 2, return_attention=True), "class_attention(..., return_attention=True)")
         ref_out, ref_attn = class_attn_ref(x, p, 2, return_attention=True)
-        close(attn, ref_attn, "the attention weights", atol=1e-10, mistakes=attn_mistakes(x, p, 2))
+        close(attn, ref_attn, "the attention weights", atol=1e-10, mistakes=lambda: attn_mistakes(x, p, 2))
         close(out, ref_out, "the output next to the weights", atol=1e-10)
 
     @g.part("no q/k/v biases (None)", 1)
     def _():
         x, p = rng(502).standard_normal((2, 5, 8)), ca_params(8, 503, bias=False)
         close(f(x, *weights(p), 2), class_attn_ref(x, p, 2), "class attention with q/k/v biases None",
-              atol=1e-10)
+              atol=1e-10, mistakes=lambda: ca_mistakes(x, p, 2))
 
     @g.part("float32 in, float32 out", 1)
     def _():
         x = rng(504).standard_normal((2, 7, 8)).astype(np.float32)
         p = {k: v.astype(np.float32) for k, v in ca_params(8, 505).items()}
         close(f(x, *weights(p), 2), class_attn_ref(x, p, 2), "float32 class attention", atol=1e-5,
-              dtype=np.float32)
+              dtype=np.float32, mistakes=lambda: ca_mistakes(x, p, 2))
 
     @g.part("large scores stay finite", 2)
     def _():
         x, p = large_scores_case(506)
         got = f(x, *weights(p), 2)
         _finite(got, "class attention with scores in the thousands")
-        close(got, class_attn_ref(x, p, 2), "class attention with large scores", atol=1e-8, rtol=1e-10)
+        close(got, class_attn_ref(x, p, 2), "class attention with large scores", atol=1e-8, rtol=1e-10,
+              mistakes=lambda: ca_mistakes(x, p, 2))
 
     def make(n=3, h=2):
         C = 2 * h
@@ -189,7 +200,7 @@ def class_attention_without_cls_key(g):
         x, eye = _hand_case()
         close(f(x, *weights(eye), 1, class_token_in_keys=False), [[[0.5, 0.5]]],
               "identity weights, class_token_in_keys=False", atol=1e-12,
-              mistakes=ca_mistakes(x, eye, 1, class_token_in_keys=False))
+              mistakes=lambda: ca_mistakes(x, eye, 1, class_token_in_keys=False))
 
     @g.part("random inputs vs an independent reference, large scores too", 2)
     def _():
@@ -198,7 +209,7 @@ def class_attention_without_cls_key(g):
             x, p = r.standard_normal((B, 1 + n, C)), ca_params(C, int(r.integers(1 << 30)))
             close(f(x, *weights(p), h, class_token_in_keys=False), class_attn_ref(x, p, h, class_token_in_keys=False),
                   f"class_token_in_keys=False (B={B}, N={n}, C={C}, {h} heads)", atol=1e-10,
-                  mistakes=ca_mistakes(x, p, h, class_token_in_keys=False))
+                  mistakes=lambda: ca_mistakes(x, p, h, class_token_in_keys=False))
         x, p = large_scores_case(528)
         got = f(x, *weights(p), 2, class_token_in_keys=False)
         _finite(got, "class_token_in_keys=False with scores in the thousands")
@@ -211,7 +222,8 @@ def class_attention_without_cls_key(g):
         _, attn = _pair(f(x, *weights(p), 2, class_token_in_keys=False, return_attention=True),
                         "class_attention(..., class_token_in_keys=False, return_attention=True)")
         close(attn, class_attn_ref(x, p, 2, class_token_in_keys=False, return_attention=True)[1],
-              "the weights over the N patches", atol=1e-10, mistakes=attn_mistakes(x, p, 2, class_token_in_keys=False))
+              "the weights over the N patches", atol=1e-10,
+              mistakes=lambda: attn_mistakes(x, p, 2, class_token_in_keys=False))
 
     @g.part("one patch: its value, projected", 1)
     def _():
@@ -262,7 +274,10 @@ def th_mistakes(x, p, h):
            (talking_heads_ref(x, p, h, post_mix=False), "the heads must be mixed again after the softmax (proj_w)"),
            (talking_heads_ref(x, p, h, scale=False), "the scores need the scale d^-½"),
            (talking_heads_ref(x, p, h, softmax_dim=1), "the softmax runs over the keys (the last axis), "
-                                                       "not over the heads")]
+                                                       "not over the heads"),
+           (talking_heads_ref(x, p, h, softmax_dim=-2) if x.shape[1] > 1 else np.zeros(0),
+            "the softmax runs over the queries (axis -2): each query's weights over the keys (the last "
+            "axis) must sum to 1 -- a.softmax(dim=-1)")]
     if h > 1:
         out.append((talking_heads_ref(x, p, h, transpose_mix=True),
                     "the heads are mixed with the transposed matrix: apply the Linear to the head axis "
@@ -281,20 +296,22 @@ def talking_head_attention(g):
             del k["qkv.bias"]
         return k
 
-    @g.part("state_dict keys and shapes (timm's names)", 2)
-    def _():
-        check_keys(make(12, 4), keys(12, 4), "TalkingHeadAttention(12, 4)")
-        check_keys(make(8, 2, qkv_bias=False), keys(8, 2, bias=False), "TalkingHeadAttention(8, 2, qkv_bias=False)")
-
-    @g.part("forward vs an independent reference (float64, random weights)", 4)
+    @g.part(TH_FORWARD, 4)
     def _():
         r = rng(531)
         for B, n, C, h in [(2, 7, 12, 4), (1, 5, 8, 2), (3, 1, 6, 3), (2, 9, 10, 5)]:
             p = th_params(C, h, int(r.integers(1 << 30)))
-            m = load(make(C, h), p)
+            m = make(C, h)
+            check_keys(m, keys(C, h), f"TalkingHeadAttention({C}, {h})")
+            m = load(m, p)
             x = r.standard_normal((B, n, C))
             close(forward(m, x), talking_heads_ref(x, p, h), f"TalkingHeadAttention({C}, {h}) on (B={B}, N={n})",
-                  atol=1e-10, mistakes=th_mistakes(x, p, h))
+                  atol=1e-10, mistakes=lambda: th_mistakes(x, p, h))
+
+    @g.part("state_dict keys and shapes (timm's names)", 2, requires=[TH_FORWARD])
+    def _():
+        check_keys(make(12, 4), keys(12, 4), "TalkingHeadAttention(12, 4)")
+        check_keys(make(8, 2, qkv_bias=False), keys(8, 2, bias=False), "TalkingHeadAttention(8, 2, qkv_bias=False)")
 
     @g.part("identity head mixing gives plain multi-head attention", 1)
     def _():
@@ -306,14 +323,15 @@ def talking_head_attention(g):
         qkv = (x @ p["qkv.weight"].T + p["qkv.bias"]).reshape(2, 6, 3, h, C // h).transpose(2, 0, 3, 1, 4)
         plain = attention(qkv[0], qkv[1], qkv[2]).transpose(0, 2, 1, 3).reshape(2, 6, C)
         close(forward(load(make(C, h), p), x), plain @ p["proj.weight"].T + p["proj.bias"],
-              "talking heads with identity mixing vs multi-head attention", atol=1e-10)
+              "talking heads with identity mixing vs multi-head attention", atol=1e-10,
+              mistakes=lambda: th_mistakes(x, p, h))
 
-    @g.part("gradients reach every parameter", 1)
+    @g.part("gradients reach every parameter", 1, requires=[TH_FORWARD])
     def _():
         m = load(make(8, 2), th_params(8, 2, 534))
         grads_reach_everything(m, rng(535).standard_normal((2, 4, 8)))
 
-    @g.part("ValueError when dim is not a multiple of num_heads", 1)
+    @g.part("ValueError when dim is not a multiple of num_heads", 1, requires=[TH_FORWARD])
     def _():
         expect_error(ValueError, lambda: make(10, 4), "TalkingHeadAttention(10, 4)")
 
@@ -322,7 +340,8 @@ def talking_head_attention(g):
         p = {k: v.astype(np.float32) for k, v in th_params(8, 4, 536).items()}
         m = load(make(8, 4), p, dtype=torch.float32)
         x = rng(537).standard_normal((2, 5, 8)).astype(np.float32)
-        close(forward(m, x), talking_heads_ref(x, p, 4), "float32 talking heads", atol=2e-5, dtype=np.float32)
+        close(forward(m, x), talking_heads_ref(x, p, 4), "float32 talking heads", atol=2e-5, dtype=np.float32,
+              mistakes=lambda: th_mistakes(x, p, 4))
 
     def make_call(n=3, h=2):
         C = 2 * h
@@ -332,4 +351,4 @@ def talking_head_attention(g):
         return m.later(x)
 
     g.no_loops(2, make_call, {"tokens": ({"n": 3}, {"n": 19}, 16), "heads": ({"h": 2}, {"h": 12}, 10)},
-               requires=["forward vs an independent reference (float64, random weights)"])
+               requires=[TH_FORWARD])

@@ -49,7 +49,7 @@ def factorized_attention(g):
         q, k, v = np.array([[1.0], [2.0]]), np.array([[0.0], [math.log(3.0)]]), np.array([[4.0], [8.0]])
         # softmax over the tokens: [1/4, 3/4]; softmax(k)ᵀ v = 7; d^-½ = 1
         close(f(q, k, v), [[7.0], [14.0]], "factorized attention by hand", atol=1e-12,
-              mistakes=fa_mistakes(q, k, v))
+              mistakes=lambda: fa_mistakes(q, k, v))
 
     @g.part("random shapes vs an independent reference", 3)
     def _():
@@ -57,7 +57,7 @@ def factorized_attention(g):
         for lead, n, d in [((2,), 6, 6), ((), 7, 4), ((2,), 5, 8), ((2, 3), 9, 16), ((1, 1), 1, 2), ((3,), 12, 1)]:
             q, k, v = (r.standard_normal(lead + (n, d)) for _ in range(3))
             close(f(q, k, v), factorized_ref(q, k, v), f"factorized attention on {q.shape}", atol=1e-10,
-                  mistakes=fa_mistakes(q, k, v))
+                  mistakes=lambda: fa_mistakes(q, k, v))
 
     @g.part("float32 in, float32 out", 1)
     def _():
@@ -122,7 +122,7 @@ def flops(g):
                                 "strictly fewer operations"),
                             (C + 1, "with h heads the crossover is at d + 1 = C/h + 1")])
 
-    @g.part("ValueError when dim is not a multiple of num_heads", 1)
+    @g.part("ValueError when dim is not a multiple of num_heads", 1, requires=["operation counts"])
     def _():
         expect_error(ValueError, lambda: count(10, 10, 3), "factorized_attention_flops(10, 10, 3)")
         expect_error(ValueError, lambda: crossover(10, 3), "crossover_num_tokens(10, 3)")

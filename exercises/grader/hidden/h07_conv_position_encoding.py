@@ -9,6 +9,7 @@ from .references import NUMPY_ONLY, N, T, depthwise, rng
 
 MOD = "ex07_conv_position_encoding"
 NO_CONV_LIBS = NUMPY_ONLY + ("scipy.signal", "scipy.ndimage")
+CRPE_FORWARD = "random inputs vs an independent reference (windows {3: 2, 5: 3, 7: 3} and others)"
 
 
 def rel_ref(n, window, sign=1, bound=None):
@@ -30,19 +31,19 @@ def clipped_relative_indices(g):
     @g.part("notebook example: 6 tokens, M = 3", 2)
     def _():
         got = np.asarray(f(6, 3))
-        close(got, rel_ref(6, 3), "clipped_relative_indices(6, 3)", atol=0, mistakes=mistakes(6, 3))
+        close(got, rel_ref(6, 3), "clipped_relative_indices(6, 3)", atol=0, mistakes=lambda: mistakes(6, 3))
         close(got[4], [-1, -1, -1, -1, 0, 1], "row i = 4", atol=0)
 
     @g.part("random sizes and windows (M = 1, M > 2N)", 3)
     def _():
         for n, w in [(1, 1), (5, 1), (9, 5), (12, 7), (4, 13), (16, 3), (30, 9)]:
             got = f(n, w)
-            close(got, rel_ref(n, w), f"clipped_relative_indices({n}, {w})", atol=0, mistakes=mistakes(n, w))
+            close(got, rel_ref(n, w), f"clipped_relative_indices({n}, {w})", atol=0, mistakes=lambda: mistakes(n, w))
             if not np.issubdtype(np.asarray(got).dtype, np.integer):
                 raise Fail(f"clipped_relative_indices({n}, {w}) has dtype {np.asarray(got).dtype}: return ints "
                            "(they index a table of learned vectors)")
 
-    @g.part("ValueError for an even or non-positive window", 1)
+    @g.part("ValueError for an even or non-positive window", 1, requires=["random sizes and windows (M = 1, M > 2N)"])
     def _():
         expect_error(ValueError, lambda: f(5, 4), "window 4", mention="4")
         expect_error(ValueError, lambda: f(5, 0), "window 0", mention="0")
@@ -76,7 +77,7 @@ def depthwise_conv2d(g):
         w[0, 0, 0, 0] = 1.0                                    # out[i, j] = x[i - 1, j - 1]
         expected = np.zeros((1, 1, 3, 4))
         expected[..., 1:, 1:] = x[..., :-1, :-1]
-        close(f(x, w), expected, "the shifted image", atol=1e-12, mistakes=dw_mistakes(x, w, None))
+        close(f(x, w), expected, "the shifted image", atol=1e-12, mistakes=lambda: dw_mistakes(x, w, None))
 
     @g.part("random inputs vs F.conv2d(groups=C), with and without bias", 3)
     def _():
@@ -87,7 +88,7 @@ def depthwise_conv2d(g):
             x, w = r.standard_normal((B, C, H, W)), r.standard_normal((C, 1, kh, kw))
             b = r.standard_normal(C) if bias else None
             close(f(x, w, b), depthwise(x, w, b), f"depthwise conv of {x.shape}, kernel {kh}x{kw}, "
-                  f"bias {'yes' if bias else 'None'}", atol=1e-10, mistakes=dw_mistakes(x, w, b))
+                  f"bias {'yes' if bias else 'None'}", atol=1e-10, mistakes=lambda: dw_mistakes(x, w, b))
 
     @g.part("dilation 2 and 3 vs F.conv2d(dilation=d, groups=C)", 3)
     def _():
@@ -96,12 +97,12 @@ def depthwise_conv2d(g):
         x[0, 0, 2, 2] = 1.0                                    # one pixel: the output is the dilated kernel
         w = np.arange(1.0, 10.0).reshape(1, 1, 3, 3)
         close(f(x, w, dilation=2), depthwise(x, w, dilation=2), "a single pixel, 3x3 kernel, dilation 2",
-              atol=1e-12, mistakes=dw_mistakes(x, w, None, dilation=2))
+              atol=1e-12, mistakes=lambda: dw_mistakes(x, w, None, dilation=2))
         for B, C, H, W, kh, kw, d in [(2, 3, 7, 6, 3, 3, 2), (1, 2, 9, 8, 3, 5, 3), (2, 2, 4, 5, 5, 3, 2)]:
             x, w, b = r.standard_normal((B, C, H, W)), r.standard_normal((C, 1, kh, kw)), r.standard_normal(C)
             close(f(x, w, b, dilation=d), depthwise(x, w, b, dilation=d),
                   f"{kh}x{kw} kernel, dilation {d}, on a {H}x{W} image", atol=1e-10,
-                  mistakes=dw_mistakes(x, w, b, dilation=d))
+                  mistakes=lambda: dw_mistakes(x, w, b, dilation=d))
 
     @g.part("kernels larger than the image", 1)
     def _():
@@ -109,7 +110,7 @@ def depthwise_conv2d(g):
         for H, W, k in [(3, 2, 7), (1, 1, 3), (2, 5, 5)]:
             x, w, b = r.standard_normal((2, 3, H, W)), r.standard_normal((3, 1, k, k)), r.standard_normal(3)
             close(f(x, w, b), depthwise(x, w, b), f"a {k}x{k} kernel on a {H}x{W} image", atol=1e-10,
-                  mistakes=dw_mistakes(x, w, b))
+                  mistakes=lambda: dw_mistakes(x, w, b))
 
     @g.part("float32 in, float32 out", 1)
     def _():
@@ -117,7 +118,8 @@ def depthwise_conv2d(g):
         x, w, b = (r.standard_normal(s).astype(np.float32) for s in [(2, 3, 6, 5), (3, 1, 3, 3), (3,)])
         close(f(x, w, b), depthwise(x, w, b), "float32 depthwise conv", atol=1e-5, dtype=np.float32)
 
-    @g.part("ValueError for even kernels, mismatched weights and dilation 0", 1)
+    @g.part("ValueError for even kernels, mismatched weights and dilation 0", 1,
+            requires=["random inputs vs F.conv2d(groups=C), with and without bias"])
     def _():
         x = np.zeros((1, 3, 5, 5))
         expect_error(ValueError, lambda: f(x, np.zeros((3, 1, 2, 2))), "a 2x2 kernel")
@@ -149,7 +151,11 @@ def groups(params, window):
             [params[f"conv_list.{i}.bias"] for i in range(len(window))])
 
 
-def crpe_ref(q, v, size, params, window, zero_cls=True, heads="hd", sort=False, swap_hw=False, gate=True):
+def crpe_ref(q, v, size, params, window, zero_cls=True, heads="hd", sort=False, swap_hw=False, gate=True,
+             reverse=False):
+    """CRPE in float64 torch ops, with switches for the classic mistakes: no zero class row, the
+    image of v channel-major (``heads='dh'``), the groups sorted by window or in ``reverse``
+    order (each kernel on another block of heads), the grid read as (W, H), EV not gated by q."""
     qt, vt = T(np.asarray(q, dtype=np.float64)), T(np.asarray(v, dtype=np.float64))
     B, h, n, d = qt.shape
     H, W = size
@@ -163,6 +169,8 @@ def crpe_ref(q, v, size, params, window, zero_cls=True, heads="hd", sort=False, 
     items = list(enumerate(window.items()))
     if sort:
         items = sorted(items, key=lambda it: it[1][0])
+    if reverse:
+        items = items[::-1]
     outs, start = [], 0
     for i, (k, nh) in items:
         ch = nh * d
@@ -199,6 +207,10 @@ def crpe_mistakes(q, v, size, p, window):
         out.append((crpe_ref(q, v, size, p, window, sort=True), "the head groups follow the lists' order: "
                                                                 "weights[i] convolves the i-th block of "
                                                                 "heads, whatever its kernel size"))
+    if len(window) > 1:
+        out.append((crpe_ref(q, v, size, p, window, reverse=True),
+                    "the window groups are in reverse order: take the groups in the lists' order -- weights[0] "
+                    "convolves the first heads_0·d channels (the first heads), weights[1] the next block, ..."))
     if H != W:
         out.append((crpe_ref(q, v, size, p, window, swap_hw=True), "the grid is (H, W), raster order: "
                                                                    "token 1 + r·W + c is row r, column c"))
@@ -217,9 +229,9 @@ def conv_rel_pos_enc(g):
         expected = np.zeros_like(q)
         expected[:, :, 1:] = q[:, :, 1:] * (v[:, :, 1:] * [2.0, -1.0] + [0.5, 1.0])
         close(f(q, v, (2, 2), *groups(p, {1: 1})), expected, "EV = q ⊙ (w·v + b), zero class row", atol=1e-12,
-              mistakes=crpe_mistakes(q, v, (2, 2), p, {1: 1}))
+              mistakes=lambda: crpe_mistakes(q, v, (2, 2), p, {1: 1}))
 
-    @g.part("random inputs vs an independent reference (windows {3: 2, 5: 3, 7: 3} and others)", 4)
+    @g.part(CRPE_FORWARD, 4)
     def _():
         r = rng(712)
         for B, H, W, d, window in [(2, 5, 4, 2, {3: 2, 5: 3, 7: 3}), (1, 3, 3, 4, {3: 1}),
@@ -230,9 +242,9 @@ def conv_rel_pos_enc(g):
             p = crpe_params(window, d, int(r.integers(1 << 30)))
             close(f(q, v, (H, W), *groups(p, window)), crpe_ref(q, v, (H, W), p, window),
                   f"CRPE on a {H}x{W} grid, {h} heads, d={d}, window {window}", atol=1e-10,
-                  mistakes=crpe_mistakes(q, v, (H, W), p, window))
+                  mistakes=lambda: crpe_mistakes(q, v, (H, W), p, window))
 
-    @g.part("the class token's row is exactly zero", 2)
+    @g.part("the class token's row is exactly zero", 2, requires=[CRPE_FORWARD])
     def _():
         r = rng(713)
         window = {3: 2, 5: 1}
@@ -250,9 +262,9 @@ def conv_rel_pos_enc(g):
         q, v = (r.standard_normal((2, 2, 1 + 20, 3)).astype(np.float32) for _ in range(2))
         p = {k: a.astype(np.float32) for k, a in crpe_params(window, 3, 716).items()}
         close(f(q, v, (4, 5), *groups(p, window)), crpe_ref(q, v, (4, 5), p, window), "float32 CRPE", atol=1e-5,
-              dtype=np.float32)
+              dtype=np.float32, mistakes=lambda: crpe_mistakes(q, v, (4, 5), p, window))
 
-    @g.part("ValueError for heads that do not add up, or a wrong number of tokens", 1)
+    @g.part("ValueError for heads that do not add up, or a wrong number of tokens", 1, requires=[CRPE_FORWARD])
     def _():
         q = np.zeros((1, 4, 10, 2))
         p = crpe_params({3: 2, 5: 2}, 2, 717)
@@ -268,5 +280,4 @@ def conv_rel_pos_enc(g):
         return f.later(q, q, (H, W), *groups(p, window))
 
     g.no_loops(2, make, {"pixel rows": ({"H": 3}, {"H": 11}, 8), "pixel columns": ({"W": 4}, {"W": 12}, 8),
-                         "heads": ({"h": 2}, {"h": 10}, 8)},
-               requires=["random inputs vs an independent reference (windows {3: 2, 5: 3, 7: 3} and others)"])
+                         "heads": ({"h": 2}, {"h": 10}, 8)}, requires=[CRPE_FORWARD])

@@ -34,7 +34,8 @@ def softmax(x, axis=-1):
 
 def attention(q, k, v, mask=None, scale="before", softmax_dim=-1, mask_mode="fill"):
     """softmax(q kᵀ/√d) v in float64, and the mistakes: scale 'after' the softmax, 'none',
-    'd' (1/d); the softmax over the queries (softmax_dim=-2); the mask 'ignored', 'inverted'
+    'd' (1/d), 'dv' (1/√d_v, v's width), 'times' (× √d); the softmax over the queries
+    (softmax_dim=-2); the mask 'ignored', 'inverted', 'multiply' (the scores times the mask)
     or applied 'after' the softmax."""
     q, k, v = (T(np.asarray(a, dtype=np.float64)) for a in (q, k, v))
     d = q.shape[-1]
@@ -43,9 +44,15 @@ def attention(q, k, v, mask=None, scale="before", softmax_dim=-1, mask_mode="fil
         s = s / math.sqrt(d)
     elif scale == "d":
         s = s / d
+    elif scale == "dv":
+        s = s / math.sqrt(v.shape[-1])
+    elif scale == "times":
+        s = s * math.sqrt(d)
     if mask is not None and mask_mode in ("fill", "inverted"):
         m = T(np.asarray(mask))
         s = s.masked_fill(~m if mask_mode == "fill" else m, float("-inf"))
+    elif mask is not None and mask_mode == "multiply":
+        s = s * T(np.asarray(mask)).to(s.dtype)
     w = torch.softmax(s, dim=softmax_dim)
     if scale == "after":
         w = w / math.sqrt(d)
@@ -70,8 +77,10 @@ def layer_norm(x, w, b, eps=1e-6, unbiased=False):
 
 def block(x, p, num_heads, post_norm=False, gelu="none", eps=1e-6, unbiased=False,
           heads="hd", residual=True, scale="before", gamma=None, gamma_axis="channels"):
-    """A pre-norm ViT block in float64 torch ops, with switches for the classic mistakes.
-    p: numpy arrays keyed like timm's block. gamma: optional (gamma_1, gamma_2) LayerScale."""
+    """A pre-norm ViT block in float64 torch ops, with switches for the classic mistakes
+    (``heads``: 'hd', the right order; 'dh', split and merged channel-major; 'merge_reshape',
+    merged by a reshape without the transpose). p: numpy arrays keyed like timm's block.
+    gamma: optional (gamma_1, gamma_2) LayerScale."""
     t = {k: T(np.asarray(v, dtype=np.float64)) for k, v in p.items()}
     x = T(np.asarray(x, dtype=np.float64))
     B, Ntok, C = x.shape
@@ -79,13 +88,17 @@ def block(x, p, num_heads, post_norm=False, gelu="none", eps=1e-6, unbiased=Fals
 
     def attn(u):
         qkv = F.linear(u, t["attn.qkv.weight"], t.get("attn.qkv.bias"))
-        if heads == "hd":
-            qkv = qkv.reshape(B, Ntok, 3, h, d).permute(2, 0, 3, 1, 4)
-        else:  # channels interleaved: (d h) instead of (h d)
+        if heads == "dh":  # channels interleaved: (d h) instead of (h d)
             qkv = qkv.reshape(B, Ntok, 3, d, h).permute(2, 0, 4, 1, 3)
+        else:
+            qkv = qkv.reshape(B, Ntok, 3, h, d).permute(2, 0, 3, 1, 4)
         out = torch.from_numpy(attention(N(qkv[0]), N(qkv[1]), N(qkv[2]), scale=scale))
-        out = out.transpose(1, 2).reshape(B, Ntok, C) if heads == "hd" else \
-            out.permute(0, 2, 3, 1).reshape(B, Ntok, C)
+        if heads == "hd":
+            out = out.transpose(1, 2).reshape(B, Ntok, C)
+        elif heads == "dh":
+            out = out.permute(0, 2, 3, 1).reshape(B, Ntok, C)
+        else:  # "merge_reshape": (B, h, N, d) reshaped to (B, N, C) without the transpose
+            out = out.reshape(B, Ntok, C)
         return F.linear(out, t["attn.proj.weight"], t["attn.proj.bias"])
 
     def mlp(u):
