@@ -70,8 +70,13 @@ N_TRAIN, N_VAL = 260, 400
 EPOCHS, BATCH, WEIGHT_DECAY, LABEL_SMOOTHING = 150, 32, 0.05, 0.1
 RATES = (0.0, 0.2, 0.5)
 PRIMARY_RATE = 0.5
-LR_GRID = (5e-4, 1.5e-3, 4.5e-3)
+LR_GRID = (5e-4, 1.5e-3)
 CONTROL = "rate 0 with augmentation"
+#: What the design leaves out, and why (recorded in the results file).
+NOTES = ("Cut to fit about 15 CPU-minutes on a shared 2-core machine: three seeds (so the "
+         "t intervals have 2 degrees of freedom) and a two-rate grid; an earlier run of this "
+         "script, stopped before it finished, had 4.5e-3 in the grid and found it the worst rate "
+         "for rates 0 and 0.2 on seed 0.")
 CANARY = {"seed": 0, "rates": (0.0, 0.5), "epochs": 3, "n_train": 100}
 
 
@@ -177,7 +182,7 @@ def canary_numbers() -> dict:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--threads", type=int, default=1, help="PyTorch's CPU threads")
     parser.add_argument("--json", help="write the settings, every run and the contrasts here")
@@ -201,7 +206,8 @@ def main(argv=None):
                 "primary": {"a": label(PRIMARY_RATE), "b": label(0.0), "metric": "test_accuracy"},
                 "positive_control": {"a": CONTROL, "b": label(0.0),
                                      "augment": "vit_scratch.data.random_affine at the trainer's "
-                                                "defaults"}}
+                                                "defaults"},
+                "notes": NOTES}
     data = experiment.header("drop_path", argv, settings)
 
     seed0 = seed_data(0)  # tuning: every rate at every learning rate on seed 0
