@@ -26,8 +26,9 @@ timm and DeiT space it).
 
 * **Primary contrast**, declared before the run: ``drop_path_rate`` ``PRIMARY_RATE`` = 0.5 − 0,
   test accuracy paired by seed, with its t interval (``stats.paired``, n − 1 degrees of
-  freedom): the last block kept half the time, the survival Huang et al. train with.  The other
-  rate, 0.2 (``vit_digits``' own), against 0 is secondary (Holm-corrected).
+  freedom): the last block kept half the time, the survival Huang et al. train with.  Any other
+  rate in ``RATES`` against 0 would be secondary (Holm-corrected); to fit the CPU budget the
+  committed run has none (``vit_digits``' own 0.2 is left out).
 * **That it overfits**: per run, the training accuracy of the selected weights (in eval mode,
   nothing dropped) beside the test accuracy -- ``overfit_gap``, paired by seed -- and the
   per-epoch training loss and validation loss.
@@ -68,15 +69,16 @@ MODEL = "vit_digits"
 DEEP_NARROW = {"depth": 12, "embed_dim": 32, "num_heads": 2}
 N_TRAIN, N_VAL = 260, 400
 EPOCHS, BATCH, WEIGHT_DECAY, LABEL_SMOOTHING = 150, 32, 0.05, 0.1
-RATES = (0.0, 0.2, 0.5)
+RATES = (0.0, 0.5)
 PRIMARY_RATE = 0.5
 LR_GRID = (5e-4, 1.5e-3)
 CONTROL = "rate 0 with augmentation"
 #: What the design leaves out, and why (recorded in the results file).
-NOTES = ("Cut to fit about 15 CPU-minutes on a shared 2-core machine: three seeds (so the "
-         "t intervals have 2 degrees of freedom) and a two-rate grid; an earlier run of this "
+NOTES = ("Cut to fit about 12 CPU-minutes on a shared 2-core machine: three seeds (so the "
+         "t intervals have 2 degrees of freedom), two drop_path_rates (0 and the primary 0.5; "
+         "vit_digits' own 0.2 left out) and a two-rate learning-rate grid; an earlier run of this "
          "script, stopped before it finished, had 4.5e-3 in the grid and found it the worst rate "
-         "for rates 0 and 0.2 on seed 0.")
+         "for drop_path_rate 0 and 0.2 on seed 0.")
 CANARY = {"seed": 0, "rates": (0.0, 0.5), "epochs": 3, "n_train": 100}
 
 

@@ -51,14 +51,15 @@ def fake_runs(test: dict, train: dict) -> dict:
 
 
 def test_the_contrasts_pair_by_seed_and_name_the_declared_variants():
-    names = [dp.label(r) for r in dp.RATES] + [dp.CONTROL]
+    rates = [0.0, 0.2, dp.PRIMARY_RATE]                               # one secondary rate
+    names = [dp.label(r) for r in rates] + [dp.CONTROL]
     test = {dp.label(0.0): [0.80, 0.82, 0.79, 0.81, 0.80],
             dp.label(0.2): [0.81, 0.82, 0.80, 0.81, 0.82],
             dp.label(0.5): [0.83, 0.84, 0.81, 0.84, 0.82],
             dp.CONTROL: [0.90, 0.91, 0.89, 0.92, 0.90]}
     train = {n: [0.99] * 5 for n in names}
     runs = fake_runs(test, train)
-    out = dp.summarise(runs, list(dp.RATES), {n: 1.5e-3 for n in names})
+    out = dp.summarise(runs, rates, {n: 1.5e-3 for n in names})
     c = out["contrasts"]
     primary = stats.Interval.from_dict(c["primary"]["interval"])
     assert (c["primary"]["a"], c["primary"]["b"]) == (dp.label(dp.PRIMARY_RATE), dp.label(0.0))
@@ -74,3 +75,13 @@ def test_the_contrasts_pair_by_seed_and_name_the_declared_variants():
     assert gap.mean == pytest.approx(0.99 - sum(test[dp.label(0.0)]) / 5)
     assert out["variants"][dp.CONTROL]["augment"] and not out["variants"][dp.label(0.5)]["augment"]
     assert out["variants"][dp.label(0.5)]["expected_branches"] == pytest.approx(18)
+
+
+def test_the_committed_rates_have_the_primary_and_no_secondary():
+    names = [dp.label(r) for r in dp.RATES] + [dp.CONTROL]
+    test = {n: [0.80 + 0.01 * i + 0.02 * k for k in range(3)] for i, n in enumerate(names)}
+    train = {n: [1.0] * 3 for n in names}
+    out = dp.summarise(fake_runs(test, train), list(dp.RATES), {n: 1.5e-3 for n in names})
+    c = out["contrasts"]
+    assert (c["primary"]["a"], c["primary"]["b"]) == (dp.label(dp.PRIMARY_RATE), dp.label(0.0))
+    assert c["secondary"] == {} and c["primary"]["interval"]["n"] == 3
