@@ -3,7 +3,7 @@ on four kinds of folder over three seeds, beside the course's small convnet and 
 baseline trained on the same splits.
 
     python benchmarks/bench_small_folder.py --runs /tmp/small_folder_runs \
-        --json benchmarks/results/small_folder.json          # every recipe, folder and seed
+        --json benchmarks/results/small_folder.json     # the default recipes, every folder and seed
     python benchmarks/bench_small_folder.py --runs /tmp/r --folders shapes --recipes photo --seeds 0
     python benchmarks/bench_small_folder.py --canary            # a few seconds: the canary slice
 
@@ -18,13 +18,15 @@ The folders, made offline once (seed 0) and kept fixed:
 
 For every seed s the trainer runs with ``--seed s --split-seed s``: the seed draws the split
 (20% of each class for the test, 10% of the rest for validation) and the run.  Each run is
-``python -m vit_scratch.train`` with the recipe's options (:data:`RECIPES`), on one thread
+``python -m vit_scratch.train`` with the recipe's options (:data:`RECIPES`; by default the
+README's command and the same without its per-channel normalisation), on one thread
 (``--threads 1``), in this process; the CPU seconds are the trainer's own (``cpu_seconds`` of
 metrics.json: its epochs), the convnet's its own.  Every run prints the trainer's linear baseline
-(scikit-learn's logistic regression on the same pixels); the ``distilled`` recipe's runs also
-train the convnet yardstick (``--baseline linear,cnn``: the course's small convnet,
-``vit_scratch/training/convnet.py``, with the same augmentation, epochs and schedule), which is
-its teacher.
+(scikit-learn's logistic regression on the same pixels); the README command's runs also train
+the convnet yardstick (``--baseline linear,cnn``: the course's small convnet,
+``vit_scratch/training/convnet.py``, with the same split, augmentation, epochs and schedule).
+The primary contrast, per folder: the README's command minus the same without normalisation,
+paired by seed (``stats.paired``); each recipe's paired difference from the convnet beside it.
 
 Each run's metrics go into ``--runs DIR`` (``FOLDER-RECIPE-sSEED.json``; a run already there is
 not run again), and the summary -- per folder and recipe, the mean, spread, min and max over
@@ -52,19 +54,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import experiment  # noqa: E402  (benchmarks/experiment.py)
 import stats  # noqa: E402  (benchmarks/stats.py)
 
-#: ``--recipe small_folder`` spelled out (CoaT-Lite at 32 px, 100 epochs, the digits' affine
-#: augmentation), so that the candidates below are it plus one change each; a test checks that
-#: the two agree.
-SMALL_FOLDER = ["--model", "coat_lite_digits", "--model-arg", "img_size=32", "--model-arg",
-                "patch_size=4", "--model-arg", "in_chans=3", "--epochs", "100", "--lr", "5e-4",
-                "--weight-decay", "0.05"]
+#: The README's command; the candidates below are it plus one change each.
+SMALL_FOLDER = ["--recipe", "small_folder"]
 PHOTO = ["--flip", "--crop-scale", "0.5"]
+#: The recipe as it was before it normalised per channel: every pixel in [0, 1], mean 0 and
+#: std 1 (the digits' data config).
+UNNORMALISED = ["--model-arg", "pretrained_cfg_overlay={'mean': (0.0, 0.0, 0.0), "
+                               "'std': (1.0, 1.0, 1.0)}"]
 #: name -> (the trainer's options, what the recipe is).
 RECIPES = {
     "small_folder": (SMALL_FOLDER, "the README's command, --recipe small_folder: CoaT-Lite "
                                    "(coat_lite_digits) on 32×32 colour pictures in 4×4 patches, "
-                                   "lr 5e-4, weight decay 0.05, 100 epochs, the digits' affine "
-                                   "augmentation"),
+                                   "normalised with ImageNet's mean and std, lr 5e-4, weight "
+                                   "decay 0.05, 100 epochs, the digits' affine augmentation"),
+    "unnormalised": (SMALL_FOLDER + UNNORMALISED,
+                     "the same without the per-channel normalisation (pixels in [0, 1]: mean 0, "
+                     "std 1)"),
     "photo": (SMALL_FOLDER + PHOTO, "the same with the photo augmentation: random horizontal "
                                     "flip and a random resized crop keeping 50-100% of the "
                                     "area"),
@@ -73,6 +78,13 @@ RECIPES = {
                   "same split (--teacher auto): half the loss from the labels, half from the "
                   "convnet's predicted classes, through CoaT-Lite's class head"),
 }
+#: The recipes run by default: the README's command, and the same without normalisation (the
+#: primary contrast: small_folder - unnormalised, paired by seed, per folder).
+DEFAULT_RECIPES = ("small_folder", "unnormalised")
+#: The README's command also trains the convnet yardstick (``--baseline linear,cnn``: the same
+#: split, augmentation, epochs and schedule), once per folder and seed.
+YARDSTICK_RECIPE = "small_folder"
+PRIMARY = ("small_folder", "unnormalised")
 FOLDERS = ("photos", "textures", "shapes", "digits")
 #: The canary: this folder, at this share of its size, this recipe, these epochs.
 CANARY = dict(folder="shapes", scale=0.5, recipe="distilled", epochs=2, seed=0)
@@ -94,13 +106,14 @@ def make_folder(kind: str, root: Path, scale: float = 1.0) -> Path:
 
 
 def train_run(folder: Path, recipe: str, seed: int, out: Path, extra=()) -> dict:
-    """One run of the trainer's command line on ``folder``."""
+    """One run of the trainer's command line on ``folder`` (the yardstick recipe with the
+    convnet beside it)."""
     from vit_scratch.train import main
 
     argv, _ = RECIPES[recipe]
     return main([*argv, "--data", str(folder), "--seed", str(seed), "--split-seed", str(seed),
                  "--threads", "1", "--progress", "off", "--out", str(out), "--overwrite",
-                 *extra])
+                 *(["--baseline", "linear,cnn"] if recipe == YARDSTICK_RECIPE else []), *extra])
 
 
 def run_one(kind: str, recipe: str, seed: int, runs: Path) -> dict:
@@ -152,6 +165,11 @@ def summarise(folders, names, seeds, runs: Path) -> dict:
             if convnet and set(acc) == set(convnet) and len(acc) > 1:
                 row["minus_convnet"] = stats.paired(acc, convnet).to_dict()
             entry["recipes"][name] = row
+        a, b = (entry["recipes"].get(n) for n in PRIMARY)
+        if a and b and a["seeds"] == b["seeds"] and len(a["seeds"]) > 1:
+            pair = [{r["seed"]: r["test_accuracy"] for r in records[n]} for n in PRIMARY]
+            entry["primary"] = {"contrast": f"{PRIMARY[0]} - {PRIMARY[1]}",
+                                **stats.paired(*pair).to_dict()}
         entry["runs"] = [r for rs in records.values() for r in rs]
         table[kind] = entry
     worst = {name: min(table[k]["recipes"][name]["test_accuracy"]["mean"] for k in folders
@@ -177,7 +195,8 @@ def canary() -> dict:
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--recipes", nargs="+", choices=tuple(RECIPES), default=list(RECIPES))
+    parser.add_argument("--recipes", nargs="+", choices=tuple(RECIPES),
+                        default=list(DEFAULT_RECIPES))
     parser.add_argument("--folders", nargs="+", choices=FOLDERS, default=list(FOLDERS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--runs", type=Path,

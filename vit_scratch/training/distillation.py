@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from ..data.preprocessing import fit_input_size
-from ..models import get_config, list_models
+from ..models import MODEL_OPTIONS, get_config, list_models
 
 
 def distilled_names() -> list[str]:
@@ -48,7 +48,7 @@ AUTO = "auto"
 def has_distillation_token(settings) -> bool:
     """Whether ``settings``' model has a distillation token (its config's ``distilled``)."""
     cfg = get_config(settings.model, **{k: v for k, v in settings.model_kwargs.items()
-                                        if k != "num_classes"})
+                                        if k != "num_classes" and k not in MODEL_OPTIONS})
     return bool(getattr(cfg, "distilled", False))
 
 

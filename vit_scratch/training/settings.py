@@ -28,7 +28,8 @@ import torch
 
 from .. import distributed
 from ..data import check_data
-from ..models import create_model, get_config
+from ..models import MODEL_OPTIONS, create_model, get_config
+from ..specs.base import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from .distillation import check_teacher
 
 
@@ -210,10 +211,15 @@ def baselines(text: str) -> tuple[str, ...]:
 RECIPES = {
     "digits": {},
     # A folder of a few hundred pictures: a small CoaT-Lite (its convolutions give the inductive
-    # bias a plain ViT lacks at this size) on 32×32 colour pictures cut into 4×4 patches, a
-    # gentler learning rate and weight decay, and longer training.
+    # bias a plain ViT lacks at this size) on 32×32 colour pictures cut into 4×4 patches,
+    # normalised per channel with ImageNet's mean and std (as timm's models are; the digits'
+    # mean 0 and std 1 leave every pixel positive), a gentler learning rate and weight decay,
+    # and longer training.
     "small_folder": dict(model="coat_lite_digits",
-                         model_kwargs=dict(img_size=32, patch_size=4, in_chans=3),
+                         model_kwargs=dict(img_size=32, patch_size=4, in_chans=3,
+                                           pretrained_cfg_overlay=dict(
+                                               mean=IMAGENET_DEFAULT_MEAN,
+                                               std=IMAGENET_DEFAULT_STD)),
                          epochs=100, lr=5e-4, weight_decay=0.05),
 }
 
@@ -329,7 +335,7 @@ def check_settings(settings: TrainSettings, own_data: bool = False,
     get_config(settings.model)  # unknown names list the known ones
     try:
         get_config(settings.model, **{k: v for k, v in settings.model_kwargs.items()
-                                      if k != "num_classes"})
+                                      if k != "num_classes" and k not in MODEL_OPTIONS})
     except TypeError as error:  # an unknown field: say which option it came from
         raise ValueError(f"--model-arg: {error}") from None
     if not own_data:
@@ -415,7 +421,7 @@ def check_numpy_backend(settings: TrainSettings, world: distributed.World) -> No
                              f"step per batch; it does not take {option} {value} (drop it, or "
                              f"use --backend torch)")
     cfg = get_config(settings.model, **{k: v for k, v in settings.model_kwargs.items()
-                                        if k != "num_classes"})
+                                        if k != "num_classes" and k not in MODEL_OPTIONS})
     rates = {f: getattr(cfg, f) for f in ("drop_rate", "attn_drop_rate", "proj_drop_rate")
              if getattr(cfg, f, 0.0)}
     if rates:
