@@ -21,8 +21,9 @@ Each results file says what it holds in its ``"benchmark"`` field:
 * ``"small_folder"``: ``bench_small_folder.py --json``, the trainer's recipes on a small folder of
   pictures over three seeds, beside the linear baseline and an SVM.
 * ``"workers"``: ``bench_workers.py --json``, seconds per epoch with fork and spawn workers.
-* ``"distillation"``: ``bench_distillation.py --json``, a student on the digits with and without
-  a teacher (DeiT's hard distillation), over several seeds.
+* ``"distillation"``: ``bench_distillation.py --json``, students on the digits with and without
+  a teacher that knows more (DeiT's soft and hard distillation, a class-swapping teacher as the
+  positive control), over several seeds.
 * ``"drop_path"``: ``bench_drop_path.py --json``, a deep, narrow ViT on the digits at several
   stochastic-depth rates, over several seeds.
 * ``"timm_suite"``: ``tools/timm_suite.py --full --json``, timm's own test_models.py on every
