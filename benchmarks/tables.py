@@ -21,8 +21,9 @@ Each results file says what it holds in its ``"benchmark"`` field:
 * ``"small_folder"``: ``bench_small_folder.py --json``, the trainer's recipes on a small folder of
   pictures over three seeds, beside the linear baseline and an SVM.
 * ``"workers"``: ``bench_workers.py --json``, seconds per epoch with fork and spawn workers.
-* ``"distillation"``: ``bench_distillation.py --json``, a student on the digits with and without
-  a teacher (DeiT's hard distillation), over several seeds.
+* ``"distillation"``: ``bench_distillation.py --json``, students on the digits with and without
+  a teacher that knows more (DeiT's soft and hard distillation, a class-swapping teacher as the
+  positive control), over several seeds.
 * ``"drop_path"``: ``bench_drop_path.py --json``, a deep, narrow ViT on the digits at several
   stochastic-depth rates, over several seeds.
 * ``"timm_suite"``: ``tools/timm_suite.py --full --json``, timm's own test_models.py on every
@@ -167,36 +168,60 @@ def small_folder_table(data: dict) -> str:
     return "\n".join(lines)
 
 
+def _vs(runs: list[dict], base: list[dict], metric: str = "test_accuracy") -> str:
+    """``a − b`` in points, paired by seed, with its 95% t interval (``stats.paired``)."""
+    import stats  # benchmarks/stats.py, beside this file
+
+    if len(runs) < 2:
+        return "—"
+    iv = stats.paired(stats.by_seed(runs, metric), stats.by_seed(base, metric)).scaled(100)
+    return f"{signed(iv.mean)} ({signed(iv.low)} to {signed(iv.high)})"
+
+
 def distillation_table(data: dict) -> str:
-    """The with/without-teacher table (Markdown) of a results file."""
-    seeds = len(data["settings"]["seeds"])
-    lines = [f"| {data['settings']['student']['model']} ({seeds} seeds) | test accuracy | "
-             f"agrees with the teacher | CPU s |", "|---|---|---|---|"]
-    for name, entry in data["conditions"].items():
-        lines.append(f"| {name} | {percent(entry['test_accuracy'])} | "
-                     f"{percent(entry['agreement_with_teacher'])} | "
-                     f"{entry['cpu_seconds']['mean']:.0f} ± {entry['cpu_seconds']['std']:.0f} |")
-    teacher = data["teacher"]
-    lines.append(f"| teacher: {data['settings']['teacher']['model']} | "
-                 f"{percent(teacher['test_accuracy'])} | — | "
-                 f"{teacher['cpu_seconds']['mean']:.0f} ± {teacher['cpu_seconds']['std']:.0f} |")
+    """bench_distillation.py: each student's test accuracy, its difference to the class token
+    paired by seed (95% t interval), its agreement with the teacher; then the teacher."""
+    s, conditions = data["settings"], data["conditions"]
+    roles = {s["primary"]["a"]: "primary", s["positive_control"]["a"]: "positive control",
+             s["primary"]["b"]: "baseline"}
+    base = conditions[s["primary"]["b"]]["runs"]
+    lines = [f"| {s['student']}, {s['n_train']} digits ({len(s['seeds'])} seeds) | contrast "
+             f"| test accuracy | − {s['primary']['b']}, points (95% CI) | agrees with the "
+             f"teacher | epoch selected |", "|---|---|---|---|---|---|"]
+    for name, entry in conditions.items():
+        vs = "—" if entry["runs"] is base else _vs(entry["runs"], base)
+        lines.append(f"| {name} | {roles.get(name, 'secondary')} "
+                     f"| {percent(entry['test_accuracy'])} | {vs} "
+                     f"| {percent(entry['agreement_with_teacher'])} "
+                     f"| {_pm(entry['selected_epoch'], 1, 0)} of {s['epochs']} |")
+    t = data["teacher"]
+    lines.append(f"| teacher: {s['teacher']}, {data['images']['teacher']:,} digits | — "
+                 f"| {percent(t['test_accuracy'])} | — | its class is the label on "
+                 f"{percent(t['labels_on_views'])} of the students' views "
+                 f"| {_pm(t['selected_epoch'], 1, 0)} of {s['teacher_epochs']} |")
     return "\n".join(lines)
 
 
 def drop_path_table(data: dict) -> str:
-    """The drop-path table (Markdown) of a results file."""
-    s = data["settings"]
-    lines = [f"| drop_path_rate p_L ({s['model_kwargs']['depth']} blocks of "
-             f"{s['model_kwargs']['embed_dim']} channels, {len(s['seeds'])} seeds) | branches run "
-             f"(of {2 * s['model_kwargs']['depth']}) | test accuracy | last epoch's train "
-             f"accuracy | CPU s |", "|---|---|---|---|---|"]
-    for entry in data["rates"].values():
-        lines.append(f"| {entry['drop_path_rate']} | {entry['expected_branches']:.1f} | "
-                     f"{percent(entry['test_accuracy'])} | "
-                     f"{percent(entry['last_train_accuracy'])} | "
-                     f"{entry['cpu_seconds']['mean']:.0f} ± {entry['cpu_seconds']['std']:.0f} |")
+    """bench_drop_path.py: per variant the test accuracy, its difference to rate 0 paired by
+    seed (95% t interval), the selected weights' training accuracy, and the branches run."""
+    s, variants = data["settings"], data["variants"]
+    base_name = s["primary"]["b"]
+    base = variants[base_name]["runs"]
+    roles = {s["primary"]["a"]: "primary", s["positive_control"]["a"]: "positive control",
+             base_name: "baseline"}
+    lines = [f"| {s['model_kwargs']['depth']} blocks of {s['model_kwargs']['embed_dim']} "
+             f"channels, {s['n_train']} digits, no augmentation ({len(s['seeds'])} seeds) "
+             f"| contrast | branches run (of {2 * s['model_kwargs']['depth']}) | test accuracy "
+             f"| − {base_name}, points (95% CI) | training accuracy | epoch selected |",
+             "|---|---|---|---|---|---|---|"]
+    for name, entry in variants.items():
+        vs = "—" if name == base_name else _vs(entry["runs"], base)
+        lines.append(f"| {name} | {roles.get(name, 'secondary')} "
+                     f"| {entry['expected_branches']:.1f} | {percent(entry['test_accuracy'])} "
+                     f"| {vs} | {percent(entry['train_accuracy'])} "
+                     f"| {_pm(entry['selected_epoch'], 1, 0)} of {s['epochs']} |")
     return "\n".join(lines)
-
 
 
 def workers_table(data: dict) -> str:
