@@ -4,6 +4,7 @@
     python benchmarks/bench_digits.py --models vit_digits --seeds 0 1 --threads 2
     python benchmarks/bench_digits.py --threads 1 --train-arg coat_lite_digits:epochs=16 \
         --train-arg coat_digits:epochs=12 --json benchmarks/results/digits.json --markdown
+    python benchmarks/bench_digits.py --canary                         # the file's canary, seconds
 
 The last line writes ``benchmarks/results/digits.json``, the one source of the digits numbers that
 README.md, docs/ and notebook 09 show (``python benchmarks/tables.py benchmarks/results/digits.json``
@@ -22,7 +23,15 @@ Reports mean ± standard deviation (over the random seeds, ddof=1) of the test a
 difference to the SVC on the same split, the training wall time and the CPU time (user + system of
 the process, all threads): wall time depends on what else runs on the machine, CPU time much less.
 ``--train-arg FIELD=VALUE`` changes a trainer default for every model, ``--train-arg
-MODEL:FIELD=VALUE`` for one.  A script, never a test.
+MODEL:FIELD=VALUE`` for one.
+
+``--canary`` runs the cheapest slice of the same command (``CANARY``: the README's
+``coat_lite_digits`` -- or the ``--models`` given, with their ``--train-arg`` changes -- for one
+epoch through the trainer, its augmentation, recipe and selection, on split 0, one thread; and
+the SVC on split 0; about 8 CPU seconds) and prints its numbers;
+``--json`` records the same slice's numbers in the file (``canary``), and
+``tests/test_canaries.py`` re-runs it, so the file cannot outlive a change to the trainer or the
+models unnoticed.  A script, never a test.
 """
 from __future__ import annotations
 
@@ -58,6 +67,38 @@ def svc_accuracy(seed: int, test_fraction: float = 0.2) -> tuple[float, float]:
     clf = SVC(gamma=0.001, C=10).fit(x[~test], y[~test])
     accuracy = float((clf.predict(x[test]) == y[test]).mean())
     return accuracy, time.process_time() - start
+
+
+#: The canary's slice: models, their epochs, the seed (the split), one thread.
+CANARY = {"models": {"coat_lite_digits": 1}, "seed": 0}
+
+
+def canary_numbers(models: list[str] | None = None, changes: dict | None = None) -> dict:
+    """The canary slice's numbers: per model (``CANARY``'s, or ``models`` with their trainer
+    ``changes``, for one epoch each) the test accuracy and the epoch's training loss, training
+    accuracy and validation loss (the trainer's history), and the SVC's accuracy."""
+    models = models or list(CANARY["models"])
+    numbers = {}
+    for name in models:
+        fields = {**(changes or {}).get(name, {}), "epochs": CANARY["models"].get(name, 1)}
+        result = train(TrainSettings(model=name, data="digits", seed=CANARY["seed"],
+                                     split_seed=CANARY["seed"], device="cpu", threads=1,
+                                     progress="off", out=None, **fields), log=lambda *_: None)
+        last = result["history"][-1]
+        numbers[name] = {"test_accuracy": result["test_accuracy"],
+                         **{k: last[k] for k in ("train_loss", "train_accuracy", "val_loss")}}
+    numbers["svc"] = {"test_accuracy": svc_accuracy(CANARY["seed"])[0]}
+    return numbers
+
+
+def canary_argv(args) -> list[str]:
+    """The options of ``--canary`` that re-run this command's slice: its models and its trainer
+    changes but the epochs."""
+    argv = ["--canary"] + (["--models", *args.models] if args.models else [])
+    for item in args.train_arg:
+        if item.partition("=")[0].rpartition(":")[2] != "epochs":
+            argv += ["--train-arg", item]
+    return argv
 
 
 def train_changes(items: list[str], models: list[str]) -> dict[str, dict]:
@@ -102,7 +143,14 @@ def main(argv=None):
     parser.add_argument("--json", help="write the summary and every run's numbers to this file "
                                        "(benchmarks/results/digits.json is the one the README shows)")
     parser.add_argument("--markdown", action="store_true", help="print the README's table")
+    parser.add_argument("--canary", action="store_true",
+                        help="run only the canary slice (coat_lite_digits, or --models with their "
+                             "--train-arg changes, for one epoch on split 0, one thread) and "
+                             "print its numbers")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.canary:
+        return experiment.print_canary(canary_numbers(args.models, train_changes(
+            args.train_arg, args.models or list(CANARY["models"]))))
     models = args.models or vit_scratch.list_models("*_digits")
     changes = train_changes(args.train_arg, models)
     commit = git_commit()  # the code that runs, before it does
@@ -152,6 +200,11 @@ def main(argv=None):
         "svc": {key: summary([r[key] for r in svc_runs])
                 for key in ("test_accuracy", "cpu_seconds")} | {"runs": svc_runs},
     }
+    if args.json:
+        numbers = canary_numbers(args.models, changes) if args.models else canary_numbers()
+        data["canary"] = experiment.canary_record("bench_digits.py",
+                                                  experiment.print_canary(numbers),
+                                                  argv=canary_argv(args))
     print()
     if args.markdown:
         print(tables.digits_table(data))

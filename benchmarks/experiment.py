@@ -175,14 +175,16 @@ def accuracy_and_loss(model, x, y, batch_size: int = 500) -> tuple[float, float]
 def fit(model, train, val, test=None, *, epochs: int = 10, steps: int | None = None,
         batch_size: int = 64, lr: float = 1.5e-3, weight_decay: float = 0.05,
         warmup: float = 0.1, label_smoothing: float = 0.1, seed: int = 0, augment=None,
-        select: str = "best") -> dict:
+        select: str = "best", loss=None) -> dict:
     """Train ``model`` on ``train = (x, y)`` tensors with the trainer's recipe (AdamW, weight
     decay on matrices only, linear warm-up over a ``warmup`` share of the steps then cosine
     decay, label smoothing), evaluating on ``val`` after every epoch; ``steps`` (if given)
     replaces ``epochs`` by that many batches, the epochs then being as many as they take.  The
     weights of the best validation epoch (``select="best"``; ties: the later) or of the last are
     tested once on ``test``.  ``augment(images, generator)``, if given, changes each batch.
-    Returns the history and the numbers; the model keeps the selected weights."""
+    ``loss(model, images, labels)``, if given, replaces the batch's loss (the mean cross-entropy
+    with ``label_smoothing``), e.g. a distillation loss with a teacher on the same augmented
+    images.  Returns the history and the numbers; the model keeps the selected weights."""
     import copy
     import math
 
@@ -208,12 +210,15 @@ def fit(model, train, val, test=None, *, epochs: int = 10, steps: int | None = N
             if done == total:
                 break
             images = x[idx] if augment is None else augment(x[idx], gen)
-            loss = F.cross_entropy(model(images), y[idx], label_smoothing=label_smoothing)
+            if loss is None:
+                batch_loss = F.cross_entropy(model(images), y[idx], label_smoothing=label_smoothing)
+            else:
+                batch_loss = loss(model, images, y[idx])
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            batch_loss.backward()
             optimizer.step()
             schedule.step()
-            loss_sum, seen, done = loss_sum + loss.item() * len(idx), seen + len(idx), done + 1
+            loss_sum, seen, done = loss_sum + batch_loss.item() * len(idx), seen + len(idx), done + 1
         val_acc, val_loss = accuracy_and_loss(model, *val)
         history.append({"epoch": epoch + 1, "steps": done, "train_loss": loss_sum / max(1, seen),
                         "val_accuracy": val_acc, "val_loss": val_loss})
@@ -244,3 +249,29 @@ def chosen_rates(pairs, names, parameter: str) -> dict:
         raise SystemExit(f"{parameter} must give a rate for each of {sorted(names)}, got "
                          f"{sorted(out)}")
     return out
+
+
+# --- data: scikit-learn's digits cut into a small training set, a validation set and the rest -----
+
+def digits_subsets(model, seed: int, n_train: int, n_val: int) -> dict:
+    """Split ``seed`` of scikit-learn's digits for ``model`` (images at its input size): the
+    trainer's test split (``stratified_split(labels, 0.2, seed)``, 359 digits) and, from the other
+    1,438, a validation set of about ``n_val`` digits, a training set of about ``n_train`` and the
+    ``rest``, each drawn per class (``stratified_split``, fixed by ``seed``).  Returns ``{"train",
+    "val", "rest", "test"}``, each a pair of tensors (images (N, C, H, W), labels (N,))."""
+    import numpy as np
+
+    from vit_scratch.data import make_datasets, stratified_split
+
+    pool, test = (d.tensors for d in make_datasets("digits", model, 0.2, seed))
+    x, y = pool
+    if not (0 < n_train and 0 < n_val and n_train + n_val < len(y)):
+        raise ValueError(f"n_train={n_train} and n_val={n_val} must be positive and leave some of "
+                         f"the {len(y)} training digits")
+    val = stratified_split(y.numpy(), n_val / len(y), 1000 + seed)
+    others = np.flatnonzero(~val)
+    train = np.zeros(len(y), dtype=bool)
+    train[others[stratified_split(y.numpy()[others], n_train / len(others), 2000 + seed)]] = True
+    rest = ~val & ~train
+    return {"train": (x[train], y[train]), "val": (x[val], y[val]), "rest": (x[rest], y[rest]),
+            "test": tuple(test)}

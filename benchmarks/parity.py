@@ -1,6 +1,6 @@
 """Report: our PyTorch and NumPy logits against timm's, for every registered timm name.
 
-    python benchmarks/parity.py                 # all 22 timm names (a few minutes on 2 cores)
+    python benchmarks/parity.py                 # every timm name (minutes on 2 cores)
     python benchmarks/parity.py cait_xxs24_224  # some of them
 
 timm's model with *every* parameter randomized (``randomize_weights_``: zero biases and identity

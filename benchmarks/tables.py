@@ -17,12 +17,13 @@ Each results file says what it holds in its ``"benchmark"`` field:
 * ``"install"``: ``bench_install.py --json``, what the extras add in fresh environments.
 * ``"vit_data_scaling"``, ``"cait"``, ``"coat"``, ``"attention_localisation"``: the experiment
   scripts ``exp_*.py`` (the papers' claims in miniature, mean ± std over seeds); ``--part``
-  picks one table of a file that has two.
+  picks one table of a file that has several.
 * ``"small_folder"``: ``bench_small_folder.py --json``, the trainer's recipes on a small folder of
   pictures over three seeds, beside the linear baseline and an SVM.
 * ``"workers"``: ``bench_workers.py --json``, seconds per epoch with fork and spawn workers.
-* ``"distillation"``: ``bench_distillation.py --json``, a student on the digits with and without
-  a teacher (DeiT's hard distillation), over several seeds.
+* ``"distillation"``: ``bench_distillation.py --json``, students on the digits with and without
+  a teacher that knows more (DeiT's soft and hard distillation, a class-swapping teacher as the
+  positive control), over several seeds.
 * ``"drop_path"``: ``bench_drop_path.py --json``, a deep, narrow ViT on the digits at several
   stochastic-depth rates, over several seeds.
 * ``"timm_suite"``: ``tools/timm_suite.py --full --json``, timm's own test_models.py on every
@@ -167,36 +168,60 @@ def small_folder_table(data: dict) -> str:
     return "\n".join(lines)
 
 
+def _vs(runs: list[dict], base: list[dict], metric: str = "test_accuracy") -> str:
+    """``a − b`` in points, paired by seed, with its 95% t interval (``stats.paired``)."""
+    import stats  # benchmarks/stats.py, beside this file
+
+    if len(runs) < 2:
+        return "—"
+    iv = stats.paired(stats.by_seed(runs, metric), stats.by_seed(base, metric)).scaled(100)
+    return f"{signed(iv.mean)} ({signed(iv.low)} to {signed(iv.high)})"
+
+
 def distillation_table(data: dict) -> str:
-    """The with/without-teacher table (Markdown) of a results file."""
-    seeds = len(data["settings"]["seeds"])
-    lines = [f"| {data['settings']['student']['model']} ({seeds} seeds) | test accuracy | "
-             f"agrees with the teacher | CPU s |", "|---|---|---|---|"]
-    for name, entry in data["conditions"].items():
-        lines.append(f"| {name} | {percent(entry['test_accuracy'])} | "
-                     f"{percent(entry['agreement_with_teacher'])} | "
-                     f"{entry['cpu_seconds']['mean']:.0f} ± {entry['cpu_seconds']['std']:.0f} |")
-    teacher = data["teacher"]
-    lines.append(f"| teacher: {data['settings']['teacher']['model']} | "
-                 f"{percent(teacher['test_accuracy'])} | — | "
-                 f"{teacher['cpu_seconds']['mean']:.0f} ± {teacher['cpu_seconds']['std']:.0f} |")
+    """bench_distillation.py: each student's test accuracy, its difference to the class token
+    paired by seed (95% t interval), its agreement with the teacher; then the teacher."""
+    s, conditions = data["settings"], data["conditions"]
+    roles = {s["primary"]["a"]: "primary", s["positive_control"]["a"]: "positive control",
+             s["primary"]["b"]: "baseline"}
+    base = conditions[s["primary"]["b"]]["runs"]
+    lines = [f"| {s['student']}, {s['n_train']} digits ({len(s['seeds'])} seeds) | contrast "
+             f"| test accuracy | − {s['primary']['b']}, points (95% CI) | agrees with the "
+             f"teacher | epoch selected |", "|---|---|---|---|---|---|"]
+    for name, entry in conditions.items():
+        vs = "—" if entry["runs"] is base else _vs(entry["runs"], base)
+        lines.append(f"| {name} | {roles.get(name, 'secondary')} "
+                     f"| {percent(entry['test_accuracy'])} | {vs} "
+                     f"| {percent(entry['agreement_with_teacher'])} "
+                     f"| {_pm(entry['selected_epoch'], 1, 0)} of {s['epochs']} |")
+    t = data["teacher"]
+    lines.append(f"| teacher: {s['teacher']}, {data['images']['teacher']:,} digits | — "
+                 f"| {percent(t['test_accuracy'])} | — | its class is the label on "
+                 f"{percent(t['labels_on_views'])} of the students' views "
+                 f"| {_pm(t['selected_epoch'], 1, 0)} of {s['teacher_epochs']} |")
     return "\n".join(lines)
 
 
 def drop_path_table(data: dict) -> str:
-    """The drop-path table (Markdown) of a results file."""
-    s = data["settings"]
-    lines = [f"| drop_path_rate p_L ({s['model_kwargs']['depth']} blocks of "
-             f"{s['model_kwargs']['embed_dim']} channels, {len(s['seeds'])} seeds) | branches run "
-             f"(of {2 * s['model_kwargs']['depth']}) | test accuracy | last epoch's train "
-             f"accuracy | CPU s |", "|---|---|---|---|---|"]
-    for entry in data["rates"].values():
-        lines.append(f"| {entry['drop_path_rate']} | {entry['expected_branches']:.1f} | "
-                     f"{percent(entry['test_accuracy'])} | "
-                     f"{percent(entry['last_train_accuracy'])} | "
-                     f"{entry['cpu_seconds']['mean']:.0f} ± {entry['cpu_seconds']['std']:.0f} |")
+    """bench_drop_path.py: per variant the test accuracy, its difference to rate 0 paired by
+    seed (95% t interval), the selected weights' training accuracy, and the branches run."""
+    s, variants = data["settings"], data["variants"]
+    base_name = s["primary"]["b"]
+    base = variants[base_name]["runs"]
+    roles = {s["primary"]["a"]: "primary", s["positive_control"]["a"]: "positive control",
+             base_name: "baseline"}
+    lines = [f"| {s['model_kwargs']['depth']} blocks of {s['model_kwargs']['embed_dim']} "
+             f"channels, {s['n_train']} digits, no augmentation ({len(s['seeds'])} seeds) "
+             f"| contrast | branches run (of {2 * s['model_kwargs']['depth']}) | test accuracy "
+             f"| − {base_name}, points (95% CI) | training accuracy | epoch selected |",
+             "|---|---|---|---|---|---|---|"]
+    for name, entry in variants.items():
+        vs = "—" if name == base_name else _vs(entry["runs"], base)
+        lines.append(f"| {name} | {roles.get(name, 'secondary')} "
+                     f"| {entry['expected_branches']:.1f} | {percent(entry['test_accuracy'])} "
+                     f"| {vs} | {percent(entry['train_accuracy'])} "
+                     f"| {_pm(entry['selected_epoch'], 1, 0)} of {s['epochs']} |")
     return "\n".join(lines)
-
 
 
 def workers_table(data: dict) -> str:
@@ -251,28 +276,93 @@ def scaling_table(data: dict, part: str = "clutter") -> str:
 
 FORM_NAMES = {"prenorm": "pre-norm", "rezero": "ReZero (α, no norm)",
               "prenorm_scalar": "α with norm", "layerscale": "LayerScale"}
+INIT_NAMES = {"timm": "timm", "xavier": "Xavier", "small_tokens": "tiny tokens"}
+PLACEMENT_NAMES = {"late": "class attention at the end (CaiT)",
+                   "from_start": "class token from the start (ViT)",
+                   "from_start_timm_talking_heads": "from the start, timm's talking heads "
+                                                    "(positive control)"}
+
+
+def _signed1(value: float) -> str:
+    text = f"{value:+.1f}"
+    return "0.0" if text in ("+0.0", "-0.0") else text.replace("-", "\u2212")
+
+
+def _points(interval: dict) -> str:
+    """An interval of fractions in points: ``+1.2 (−0.5 to +2.9)``."""
+    return (f"{_signed1(100 * interval['mean'])} ({_signed1(100 * interval['low'])} to "
+            f"{_signed1(100 * interval['high'])})")
+
+
+def _p(value: float) -> str:
+    return "< 0.001" if value < 0.001 else f"{value:.3f}"
 
 
 def cait_table(data: dict, part: str = "depth") -> str:
-    """exp_cait.py: best validation accuracy (%) by depth and residual form, or the class token
-    from the start against class attention at the end."""
+    """exp_cait.py: test accuracy (%) of the selected epoch by depth and residual form, each
+    form from its own initialisation at the learning rate chosen for it at that depth
+    (``depth``); the class token
+    late, from the start, and the positive control (``class_token``); the declared contrasts
+    with their 95% intervals, paired by seed (``contrasts``)."""
     if part == "depth":
-        summary = data["depth"]["summary"]
+        d = data["depth"]
+        summary, lrs = d["summary"], d["lr"]
         forms = list(summary)
-        depths = sorted({int(d) for f in forms for d in summary[f]})
-        lines = ["| depth | " + " | ".join(FORM_NAMES.get(f, f) for f in forms) + " |",
+        depths = sorted({int(n) for f in forms for n in summary[f]})
+        init = data["settings"]["depth"]["init"]
+        lines = ["| depth | " + " | ".join(f"{FORM_NAMES.get(f, f)}, {INIT_NAMES[init[f]]} init"
+                                           for f in forms) + " |",
                  "|---|" + "---|" * len(forms)]
-        for d in depths:
-            lines.append(f"| {d} | " + " | ".join(f"{_pm(summary[f][str(d)]['val_accuracy'])} %"
-                                                  for f in forms) + " |")
+
+        def cell(f, n):  # "--": a form this depth does not run
+            if str(n) not in summary[f]:
+                return "--"
+            return f"{_pm(summary[f][str(n)]['test_accuracy'])} % (lr {lrs[f][str(n)]:g})"
+
+        for n in depths:
+            lines.append(f"| {n} | " + " | ".join(cell(f, n) for f in forms) + " |")
         return "\n".join(lines)
-    summary = data["class_token"]["summary"]
-    names = {"late": "class attention at the end (CaiT)", "from_start": "class token from the start"}
-    lines = ["| the class token | test accuracy | validation accuracy | parameters |",
-             "|---|---|---|---|"]
-    for key, entry in summary.items():
-        lines.append(f"| {names.get(key, key)} | {_pm(entry['test_accuracy'])} % "
-                     f"| {_pm(entry['val_accuracy'])} % | {entry['params']:,} |")
+    if part == "class_token":
+        summary = data["class_token"]["summary"]
+        lines = ["| the class token | talking heads start at | learning rate | test accuracy "
+                 "| validation accuracy | parameters |", "|---|---|---|---|---|---|"]
+        for key, entry in summary.items():
+            lines.append(f"| {PLACEMENT_NAMES.get(key, key)} | {entry['talking_heads']} "
+                         f"| {entry['lr']:g} | {_pm(entry['test_accuracy'])} % "
+                         f"| {_pm(entry['val_accuracy'])} % | {entry['params']:,} |")
+        return "\n".join(lines)
+    if part != "contrasts":
+        raise ValueError(f"part must be depth, class_token or contrasts, got {part!r}")
+    lines = ["| contrast (test accuracy, paired by seed) | seeds | difference, points (95% CI) "
+             "| p | smallest detectable, points |", "|---|---|---|---|---|"]
+
+    def row(name, c, note=""):
+        iv = c["interval"]
+        lines.append(f"| {name} | {iv['n']} | {_points(iv)} | {_p(iv['p_value'])}{note} "
+                     f"| {100 * c['detectable']:.1f} |")
+
+    if "depth" in data:
+        d, s = data["depth"], data["settings"]["depth"]
+        p, c = s["primary"], s["control"]
+        row(f"**primary**: LayerScale − pre-norm, depth {p['depth']}", d["primary"])
+        if d.get("positive_control"):
+            row(f"positive control: LayerScale − pre-norm, tiny tokens, depth {c['depth']}",
+                d["positive_control"])
+        for name, entry in d["secondary_holm"].items():
+            form, depth = name.split(" − ")[1].split(" @ ")
+            row(f"LayerScale − {FORM_NAMES.get(form, form)}, depth {depth}", entry,
+                " (Holm: " + ("yes" if entry["holm_rejected"] else "no") + ")")
+        for depth, entry in d["rezero_above_chance"].items():
+            iv = entry["interval"]
+            lines.append(f"| ReZero − chance (10%), depth {depth} | {iv['n']} | {_points(iv)} "
+                         f"| {_p(iv['p_value'])} (Holm: "
+                         f"{'yes' if entry['holm_rejected'] else 'no'}) | -- |")
+    if "class_token" in data:
+        c = data["class_token"]
+        row("**primary**: class token late − from the start, talking heads at the identity",
+            c["primary"])
+        row("positive control: from the start, talking heads at the identity − at timm's",
+            c["positive_control"])
     return "\n".join(lines)
 
 
@@ -381,10 +471,9 @@ def table(path, part: str | None = None) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("results", help="a file under benchmarks/results/")
-    parser.add_argument("--part", help="the table of a file that has several: depth or "
-                                       "class_token (cait.json), positions, contrasts or "
-                                       "parallel (coat.json), clutter or relational "
-                                       "(vit_data_scaling.json)")
+    parser.add_argument("--part", help="the table of a file that has several: depth, class_token "
+                                       "or contrasts (cait.json), positions, contrasts or parallel "
+                                       "(coat.json), clutter or relational (vit_data_scaling.json)")
     args = parser.parse_args(argv)
     print(table(args.results, args.part))
 

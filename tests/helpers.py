@@ -2,6 +2,7 @@
 models of every family, and diffs."""
 from __future__ import annotations
 
+import re
 from functools import partial
 
 import numpy as np
@@ -10,6 +11,7 @@ from torch import nn
 
 import vit_scratch
 from vit_scratch.models import lookup
+from vit_scratch.specs.base import num_params
 
 
 def timm_names() -> list[str]:
@@ -36,8 +38,11 @@ def timm_twin(name: str, **kwargs):
     base = next(n for n in family.spec.MODELS if n in set(timm.list_models()))
     module = importlib.import_module(timm.models.model_entrypoint(base).__module__)
     takes = inspect.signature(getattr(module, family.numpy_class().__name__).__init__).parameters
+    # the config's fields that timm's class takes (CaiT's init_values: the depth rule's value);
+    # not cfg.timm_kwargs(), which refuses CoaT's first patch of 1 (the grids are set below)
     fields = {f: getattr(cfg, f) for f in takes if hasattr(cfg, f)}
-    if "init_values" in fields and fields["init_values"] is None:  # CaiT: the depth rule's value
+    if "init_values" in fields and fields["init_values"] is None and hasattr(
+            cfg, "layer_scale_init"):
         fields["init_values"] = cfg.layer_scale_init
     model = timm.create_model(base, pretrained=False, **fields)
     if hasattr(model, "patch_embed4"):  # timm's CoaT sizes scales 2-4 for patch 4: give it ours
@@ -116,7 +121,8 @@ def family_of(name: str) -> str:
 
 def small_kwargs(name: str) -> dict:
     """Overrides that build a small, fast model of ``name`` (a smaller image and fewer blocks);
-    the digits configs (8×8, 24×24) keep their size, which their patch size divides."""
+    the digits configs (8×8, 24×24) keep their size, which their patch size divides.  A smaller
+    image is a whole number of patches (28 for 14×14 patches)."""
     cfg = vit_scratch.get_config(name)
     small = SMALL_OVERRIDES.get(family_of(name), {})
     kwargs = dict(small(cfg) if callable(small) else small)
@@ -124,15 +130,40 @@ def small_kwargs(name: str) -> dict:
         kwargs.pop("img_size", None)
     else:
         kwargs.setdefault("img_size", 64)
+        patch = getattr(cfg, "patch_size", 1)
+        kwargs["img_size"] = max(patch, kwargs["img_size"] // patch * patch)
     return kwargs
 
 
-def one_name_per_family() -> list[str]:
-    """The first registered name of every family (for tests too slow to run on every name)."""
-    seen = {}
+def _smallest(key) -> list[str]:
+    """The registered name with the fewest parameters of each group of names that share
+    ``key(name)``, sorted."""
+    groups: dict = {}
     for name in vit_scratch.list_models():
-        seen.setdefault(family_of(name), name)
-    return sorted(seen.values())
+        _, spec = lookup(name)
+        groups.setdefault(key(name), []).append((num_params(spec.param_shapes(spec.default)), name))
+    return sorted(min(group)[1] for group in groups.values())
+
+
+def one_name_per_family() -> list[str]:
+    """The smallest registered name of every family (for tests too slow to run on every name):
+    a new family is covered the moment it registers a name."""
+    return _smallest(family_of)
+
+
+def layout(name: str) -> frozenset:
+    """The keys of ``name``'s state_dict without their block indices: names with one layout are
+    one architecture at different sizes; a variant of a family (DeiT's distilled models,
+    DeiT III) has a layout of its own."""
+    _, spec = lookup(name)
+    return frozenset(re.sub(r"\.\d+(?=\.)", ".#", k) for k in spec.param_shapes(spec.default))
+
+
+def one_name_per_variant() -> list[str]:
+    """The smallest registered name of every variant of every family (every state_dict layout:
+    ViT, DeiT distilled, DeiT III, CaiT, CoaT-Lite, CoaT): a new variant is covered the moment
+    it registers a name."""
+    return _smallest(lambda name: (family_of(name), layout(name)))
 
 
 def small_pair(name: str, seed: int = 0):

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 import vit_scratch
+from helpers import one_name_per_variant, small_kwargs
 from vit_scratch.numpy_nn import (attention, class_attention, coat, conv_position_encoding,
                                   coscale, factorized_attention, layers, layerscale, patch_embed,
                                   training, vit)
@@ -30,7 +31,6 @@ from vit_scratch.specs.coat import unused_keys
 
 TOL = {np.float64: 1e-9, np.float32: 1e-4}
 TORCH_DTYPE = {np.float64: torch.float64, np.float32: torch.float32}
-DIGITS = [n for n in vit_scratch.list_models() if n.endswith("_digits")]
 
 
 def rel_errors(ours: dict, ref: dict) -> dict:
@@ -382,8 +382,8 @@ def case_vit_block(r):
 
     return module_case(
         blk, "blocks.1.", sd, {"x": r.standard_normal((3, 17, 64))},
-        lambda i, p: vit.block_forward(i["x"], p, 4, masks(i)),
-        lambda d, c: (lambda dx, dp: ({"x": dx}, dp))(*vit.block_backward(d, c)),
+        lambda i, p: layerscale.residual_block_forward(i["x"], p, 4, "prenorm", masks(i)),
+        lambda d, c: (lambda dx, dp: ({"x": dx}, dp))(*layerscale.residual_block_backward(d, c)),
         lambda i, p: _block_with_masks(i, p, masks(i)),
         lambda call, t: call(t["x"]))
 
@@ -398,6 +398,51 @@ def _block_with_masks(i, p, masks):
     h = layers.mlp(layers.layer_norm(x, p["norm2.weight"], p["norm2.bias"]), p["mlp.fc1.weight"],
                    p["mlp.fc1.bias"], p["mlp.fc2.weight"], p["mlp.fc2.bias"])
     return x + layers.drop_path(h, masks[1])
+
+
+def case_scalar_gate(r):
+    return Case({"x": r.standard_normal((2, 3, 4)), "alpha": r.standard_normal(1)},
+                lambda i: layerscale.scalar_gate_forward(i["x"], i["alpha"]),
+                lambda d, c: dict(zip(("x", "alpha"), layerscale.scalar_gate_backward(d, c))),
+                lambda i: layerscale.scalar_gate(i["x"], i["alpha"]),
+                lambda t: t["x"] * t["alpha"])
+
+
+def case_residual_block(residual):
+    """A residual form's block (the ViT family's block, DeiT III's with "layerscale"), with
+    stochastic depth, against the PyTorch room's ``ResidualBlock`` (every scale randomized)."""
+    def make(r):
+        from vit_scratch.torch_nn.layerscale import ResidualBlock
+
+        blk = vit_scratch.randomize_weights_(
+            ResidualBlock(16, 4, residual, mlp_ratio=2.0, qkv_bias=residual != "rezero")
+            .double().eval(), seed=2, std=0.3)
+        sd = {k: v.detach().numpy().copy() for k, v in blk.state_dict().items()}
+        m1, m2 = _masks(3)
+        blk.drop_path1, blk.drop_path2 = FixedDropPath(m1), FixedDropPath(m2)
+
+        def masks(inp):
+            return [m.astype(inp["x"].dtype) for m in (m1, m2)]
+
+        def plain(i, p):  # the plain block with the masks: x + m·s(f(n(x))), branch by branch
+            norm, kind = layerscale.RESIDUAL_FORMS[residual]
+            ln = lambda y, n: layers.layer_norm(y, p[f"{n}.weight"], p[f"{n}.bias"]) if norm else y  # noqa: E731
+            key = {None: None, "scalar": "alpha", "channel": "gamma"}[kind]
+            scale = lambda y, s: y if key is None else y * p[f"{s}.{key}"]  # noqa: E731
+            h = attention.multi_head_attention(ln(i["x"], "norm1"), p["attn.qkv.weight"],
+                                               p.get("attn.qkv.bias"), p["attn.proj.weight"],
+                                               p["attn.proj.bias"], 4)
+            x = i["x"] + layers.drop_path(scale(h, "ls1"), masks(i)[0])
+            h = layers.mlp(ln(x, "norm2"), *(p[f"mlp.{k}"] for k in layers.MLP_KEYS))
+            return x + layers.drop_path(scale(h, "ls2"), masks(i)[1])
+
+        return module_case(
+            blk, "", sd, {"x": r.standard_normal((3, 7, 16))},
+            lambda i, p: layerscale.residual_block_forward(i["x"], p, 4, residual, masks(i)),
+            lambda d, c: (lambda dx, dp: ({"x": dx}, dp))(
+                *layerscale.residual_block_backward(d, c)),
+            plain, lambda call, t: call(t["x"]))
+    return make
 
 
 def case_talking_heads(r):
@@ -610,6 +655,8 @@ CASES = {
     "multi_head_attention": case_multi_head_attention(False),
     "multi_head_attention_masked": case_multi_head_attention(True),
     "vit_block_drop_path": case_vit_block,
+    "scalar_gate": case_scalar_gate,
+    **{f"residual_block_{form}": case_residual_block(form) for form in layerscale.RESIDUAL_FORMS},
     "layer_scale": case_layer_scale, "mix_heads": case_mix_heads,
     "talking_heads_attention": case_talking_heads, "layerscale_block": case_layerscale_block,
     "class_attention_cls_in_keys": case_class_attention(True),
@@ -701,19 +748,28 @@ def test_block_gradients_match_finite_differences(name):
 
 # --- whole models -------------------------------------------------------------------------------
 
-MODEL_CASES = [(n, {}) for n in DIGITS] + [("vit_digits", {"distilled": True}),
-                                           ("cait_digits", {"class_token_in_keys": False}),
-                                           ("coat_digits", {"parallel_mode": "cross_attention"}),
-                                           ("coat_lite_digits", {"serial_depths": (1, 0, 1, 1)}),
-                                           ("coat_digits", {"serial_depths": (0, 1, 0, 1)})]
+#: The smallest name of every family and variant (``helpers.one_name_per_variant``: a new one
+#: is covered the moment it registers a name), small (``helpers.small_kwargs``), and the
+#: variants of a config: CaiT's keys, CoaT's parallel block, CoaT scales without serial blocks,
+#: ViT's other residual forms and positions.
+MODEL_CASES = [(n, small_kwargs(n)) for n in one_name_per_variant()] + [
+    ("cait_digits", {"class_token_in_keys": False}),
+    ("coat_digits", {"parallel_mode": "cross_attention"}),
+    ("coat_lite_digits", {"serial_depths": (1, 0, 1, 1)}),
+    ("coat_digits", {"serial_depths": (0, 1, 0, 1)}),
+    ("vit_digits", {"distilled": True, "init_values": 0.1, "no_embed_class": True})]
+
+
+def _case_id(name: str, kwargs: dict) -> str:
+    shown = {k: v for k, v in kwargs.items() if k not in ("img_size", "depth")}
+    return name + "".join(f"-{k}={v}" for k, v in shown.items())
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["fp64", "fp32"])
-@pytest.mark.parametrize("name, kwargs", MODEL_CASES,
-                         ids=[n + "".join(f"-{v}" for v in kw.values()) for n, kw in MODEL_CASES])
+@pytest.mark.parametrize("name, kwargs", MODEL_CASES, ids=[_case_id(*case) for case in MODEL_CASES])
 def test_model_gradients_match_autograd(name, kwargs, dtype):
-    """Every ``*_digits`` model (and the variants of CaiT's keys and CoaT's parallel block, and
-    CoaT scales without serial blocks): the gradient of the label-smoothed cross-entropy with
+    """The smallest model of every family and variant (and the variants of a config, above):
+    the gradient of the label-smoothed cross-entropy with
     respect to every parameter (under its canonical state_dict key; shared tensors summed over
     their uses) and the images.  A parameter no forward uses (the CPE and CRPE of a scale
     without blocks, unless parallel blocks run them) has no gradient in either room."""
@@ -724,13 +780,14 @@ def test_model_gradients_match_autograd(name, kwargs, dtype):
     r = np.random.default_rng(4)
     images = r.standard_normal((3, cfg.in_chans, *model.pretrained_cfg["input_size"][1:]))
     images = images.astype(dtype)
-    labels = np.array([1, 7, 3])
+    labels = np.array([1, 7, 3]) % cfg.num_classes
     x = torch.tensor(images, requires_grad=True)
     F.cross_entropy(model(x), torch.from_numpy(labels), label_smoothing=0.1).backward()
     ref = {k: p.grad.numpy() for k, p in model.named_parameters() if p.grad is not None}
     idle = {k for k, p in model.named_parameters() if p.grad is None}
-    assert idle == (unused_keys(cfg) if "serial_depths" in kwargs else set())
-    assert not ("serial_depths" in kwargs) or idle  # the case tests what it is named for
+    empty_scale = 0 in getattr(cfg, "serial_depths", ())
+    assert idle == (unused_keys(cfg) if empty_scale else set())
+    assert idle or not empty_scale  # the case tests what it is named for
     ref["images"] = x.grad.numpy()
 
     np_model = vit_scratch.create_numpy_model(
@@ -819,16 +876,16 @@ def test_threads_and_drop_path():
 
 # --- the optimiser and the training step --------------------------------------------------------
 
-@pytest.mark.parametrize("name", DIGITS)
+@pytest.mark.parametrize("name", one_name_per_variant())
 def test_weight_decay_rule_is_the_trainers(name):
     """``training.decays`` picks exactly the tensors ``vit_scratch.train.param_groups`` puts in
-    its decay group."""
+    its decay group, in every family and variant (DeiT III's LayerScale vectors: not decayed)."""
     from vit_scratch.train import param_groups
 
-    model, sd = digits_params(name)
+    model, sd = digits_params(name, **small_kwargs(name))
     decayed = {id(p) for p in param_groups(model, 0.3)[0]["params"]}
     expected = {k for k, p in model.named_parameters() if id(p) in decayed}
-    np_model = vit_scratch.create_numpy_model(name, sd)
+    np_model = vit_scratch.create_numpy_model(name, sd, **small_kwargs(name))
     got = {k for k, v in trainable_params(np_model).items() if training.decays(k, v)}
     assert got == expected and got
 
@@ -861,6 +918,44 @@ def test_adamw_equals_torch():
 
 
 # --- bad input ----------------------------------------------------------------------------------
+
+def test_stochastic_depth_and_hard_distillation_name_bad_arguments():
+    """One line naming the argument: a batch size that is not a count of samples (NumPy would
+    say "negative dimensions"), and a distillation head whose logits are not the class head's
+    shape (the two cross-entropies would each run and give a loss)."""
+    rng = np.random.default_rng(0)
+    for batch, shown in ((-1, "-1"), (2.0, "2.0 (float)")):
+        with pytest.raises(ValueError, match=re.escape(f"batch must be an int >= 0, got {shown}")):
+            layers.drop_path_mask(batch, 0.1, rng)
+    assert layers.drop_path_mask(0, 0.1, rng).shape == (0,)  # an empty batch draws nothing
+    labels = np.array([0, 1])
+    message = re.escape("logits_dist must have the shape of logits (2, 10) (the distillation "
+                        "head classifies the same images into the same classes), got shape "
+                        "(2, 9)")
+    for f in (training.hard_distillation, training.hard_distillation_forward):
+        with pytest.raises(ValueError, match=message):
+            f(np.zeros((2, 10)), np.zeros((2, 9)), labels, labels)
+
+
+def test_an_empty_batch_goes_forward_and_back():
+    """Batch 0 through multi-head attention and a block of each residual form, forward and
+    backward: empty activations, zero parameter gradients of the right shapes."""
+    r = np.random.default_rng(0)
+    x = np.zeros((0, 5, 8))
+    w, b = r.standard_normal((24, 8)), r.standard_normal(24)
+    out, cache = attention.multi_head_attention_forward(x, w, b, w[:8], b[:8], 2)
+    dx, dw, db, dpw, dpb = attention.multi_head_attention_backward(out, cache)
+    assert out.shape == dx.shape == (0, 5, 8) and not dw.any() and dpb.shape == (8,)
+    from vit_scratch.torch_nn.layerscale import ResidualBlock
+
+    for form in layerscale.RESIDUAL_FORMS:
+        p = {k: v.detach().numpy().astype(np.float64) for k, v in
+             ResidualBlock(8, 2, form).state_dict().items()}
+        out, cache = layerscale.residual_block_forward(x, p, 2, form)
+        dx, grads = layerscale.residual_block_backward(out, cache)
+        assert dx.shape == (0, 5, 8) and set(grads) == set(p), form
+        assert all(g.shape == p[k].shape and not g.any() for k, g in grads.items()), form
+
 
 def test_backward_refuses_a_cache_from_another_function():
     x, w = np.ones((2, 3)), np.ones((4, 3))

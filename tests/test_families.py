@@ -3,6 +3,8 @@ family, initialisation, gradients and dropout (once, over one name per family), 
 that make each family what it is -- hand-worked cases and properties of LayerScale, class
 attention, depthwise convolutions, factorized and cross-scale attention.
 """
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -13,7 +15,7 @@ import toy_family
 import vit_scratch
 from helpers import (CAIT_SMALL, class_attention_numpy, COAT_SMALL, conv_attention64, F64,
                      family_of, float64_model, max_abs_diff, NUMPY_TOL, numpy_twin,
-                     one_name_per_family, params64, random64, random_tokens, t64)
+                     one_name_per_variant, params64, random64, random_tokens, small_kwargs, t64)
 from vit_scratch import interface, models
 from vit_scratch.numpy_nn import (attention as np_attn, conv_position_encoding as np_cpe,
                                   coscale as np_coscale, factorized_attention as np_fa,
@@ -92,6 +94,194 @@ def test_list_models():
         "deit_tiny_distilled_patch16_224", "deit_tiny_patch16_224"]
 
 
+def test_deit3_is_a_variant_of_the_vit_family():
+    """timm's eight DeiT III names, registered in the ViT family's spec: ViT's classes, with
+    LayerScale (ε = 1e-6) and no position for the class token."""
+    names = vit_scratch.list_models("deit3_*")
+    assert names == ["deit3_base_patch16_224", "deit3_base_patch16_384", "deit3_huge_patch14_224",
+                     "deit3_large_patch16_224", "deit3_large_patch16_384",
+                     "deit3_medium_patch16_224", "deit3_small_patch16_224",
+                     "deit3_small_patch16_384"]
+    vit_family = models.lookup("vit_tiny_patch16_224")[0]
+    for name in names:
+        family, spec = models.lookup(name)
+        assert family is vit_family and spec.default.residual == "layerscale"
+        assert spec.default.init_values == 1e-6 and spec.default.no_embed_class
+        assert spec.default.pos_embed_prefix_tokens == 0 and spec.tag == "fb_in1k"
+
+
+@pytest.fixture
+def with_toy_variant(monkeypatch):
+    """A variant of the ViT family that no name has yet -- distilled, LayerScale, no position
+    for its tokens, no qkv bias -- registered as a variant is: lines in its family's spec (a
+    copy of the table, here), nothing else."""
+    from vit_scratch.specs import vit as vit_spec
+    from vit_scratch.specs.base import ModelTable
+
+    table = ModelTable(vit_spec.MODELS.param_shapes, vit_spec.MODELS.pretrained_cfg)
+    table.update(vit_spec.MODELS)
+
+    @table.register(pretrained_cfg=dict(input_size=(3, 32, 32)))
+    def vit_toy_variant() -> vit_spec.ViTConfig:
+        """A toy variant: distilled, LayerScale, no positions for the tokens, no qkv bias."""
+        return vit_spec.ViTConfig(img_size=32, patch_size=8, embed_dim=16, depth=2, num_heads=2,
+                                  num_classes=3, qkv_bias=False, distilled=True, init_values=0.1,
+                                  no_embed_class=True)
+
+    monkeypatch.setattr(vit_spec, "MODELS", table)
+    return "vit_toy_variant"
+
+
+def _saved_pair(name: str, path, **kwargs):
+    """A model of ``name`` with random weights, saved at ``path`` (``save_checkpoint``: the file
+    records the name) and beside it as a bare state_dict (``.pth``: the keys alone)."""
+    model = vit_scratch.randomize_weights_(vit_scratch.create_model(name, **kwargs), seed=3)
+    vit_scratch.save_checkpoint(model, path)
+    torch.save(model.state_dict(), path.with_suffix(".pth"))
+    return model, (path, path.with_suffix(".pth"))
+
+
+def test_a_variant_is_its_spec_lines_and_every_checkpoint_still_loads(with_toy_variant, tmp_path):
+    """Registered in its family's spec alone, a variant builds in both rooms with equal logits,
+    and every checkpoint -- its own and each family's and variant's, recorded by name or bare
+    keys -- loads strictly into a model of its name in both rooms; another family's model still
+    refuses its file, naming it."""
+    from vit_scratch import CheckpointError
+
+    name = with_toy_variant
+    assert models.lookup(name)[0] is models.lookup("vit_digits")[0]
+    assert vit_scratch.list_models("vit_toy*") == [name]
+    for other in [name] + one_name_per_variant():
+        kwargs = {} if other == name else small_kwargs(other)
+        source, paths = _saved_pair(other, tmp_path / f"{other}.safetensors", **kwargs)
+        x = torch.randn(2, *source.pretrained_cfg["input_size"],
+                        generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            expected = source.eval()(x)
+        for path in paths:
+            loaded = vit_scratch.load_checkpoint(vit_scratch.create_model(other, **kwargs), path)
+            assert all(torch.equal(v, source.state_dict()[k]) for k, v in
+                       loaded.state_dict().items()), (other, path.name)
+            np_model = vit_scratch.create_numpy_model(
+                other, vit_scratch.state_dict_to_numpy(vit_scratch.read_state_dict(path)), **kwargs)
+            assert max_abs_diff(np_model(x.numpy()), expected) < NUMPY_TOL, (other, path.name)
+    for path in (tmp_path / f"{name}.safetensors", tmp_path / f"{name}.pth"):
+        with pytest.raises(CheckpointError, match=re.escape(
+                f"are those of a VisionTransformer ({name}), but the model is a Cait")):
+            vit_scratch.load_checkpoint(vit_scratch.create_model("cait_digits"), path)
+
+
+def test_a_models_family_is_its_names_or_its_nearest_class(monkeypatch):
+    """By the registered name a model of the factory carries, then by its class: the family
+    whose class it is, or its nearest registered base class -- not the first family whose class
+    is some base of it."""
+    from vit_scratch.numpy_nn import vit as numpy_vit
+    from vit_scratch.torch_nn import vit as torch_vit
+
+    class SubViT(torch_vit.VisionTransformer):
+        pass
+
+    class NumpySubViT(numpy_vit.VisionTransformer):
+        pass
+
+    sub = models.Family(toy_family, lambda: SubViT, lambda: NumpySubViT)
+    monkeypatch.setattr(models, "FAMILIES", models.FAMILIES + (sub,))
+    vit = models.lookup("vit_digits")[0]
+    assert models.family_of(SubViT) is sub and models.family_of(NumpySubViT) is sub
+    assert models.family_of(torch_vit.VisionTransformerDistilled) is vit
+    model = vit_scratch.create_model("vit_digits")
+    assert models.family_of(model) is vit
+    model.pretrained_cfg = {**model.pretrained_cfg, "architecture": "toy_tiny"}
+    assert models.family_of(model) is sub  # the registered name decides first
+    assert models.family_of(nn.Linear) is None and models.family_of(nn.Linear(2, 2)) is None
+
+
+def test_another_variants_file_is_named(tmp_path):
+    """A DeiT III file in a plain ViT is the ViT family's (keys never put a variant in a family
+    of its own), and its layout -- exactly that of the DeiT III names -- is named, in both
+    rooms, before anything is resized."""
+    from vit_scratch import CheckpointError
+
+    source, (_, bare) = _saved_pair("deit3_small_patch16_224", tmp_path / "deit3.safetensors",
+                                    **small_kwargs("deit3_small_patch16_224"))
+    vit = models.lookup("vit_tiny_patch16_224")[0]
+    shapes = {k: tuple(v.shape) for k, v in source.state_dict().items()}
+    assert models.identify_family(shapes) == (vit, None)  # no name's table at this size
+    full = models.lookup("deit3_small_patch16_224")[1]
+    assert models.identify_family(full.param_shapes(full.default)) == (
+        vit, "deit3_small_patch16_224")
+    message = re.escape("the keys and shapes are those of deit3_small_patch16_224, another "
+                        "variant of VisionTransformer than the model's (deit_small_patch16_224); "
+                        "build vit_scratch.create_model('deit3_small_patch16_224')")
+    with pytest.raises(CheckpointError, match=message):
+        vit_scratch.load_checkpoint(
+            vit_scratch.create_model("deit_small_patch16_224", img_size=64, depth=1), bare)
+    with pytest.raises(ValueError, match=message.replace("deit_small_patch16_224",
+                                                         "vit_digits")):
+        vit_scratch.create_numpy_model("vit_digits", vit_scratch.state_dict_to_numpy(
+            source.state_dict()))
+
+
+@pytest.mark.parametrize("name", one_name_per_variant())
+def test_every_variant_loads_a_local_file_through_pretrained_cfg_overlay(name, tmp_path):
+    """timm's idiom ``pretrained=True, pretrained_cfg_overlay=dict(file=PATH)`` for every family
+    and variant: the file loads strictly in both rooms (the model's family and variant found by
+    its name), the overlay's entry is in the model's ``pretrained_cfg``, and timm, for a name it
+    has, loads the same file to the same logits."""
+    kwargs = small_kwargs(name)
+    source = vit_scratch.randomize_weights_(vit_scratch.create_model(name, **kwargs),
+                                            seed=5).eval()
+    path = tmp_path / f"{name}.safetensors"
+    vit_scratch.save_checkpoint(source, path)
+    overlay = dict(file=str(path))
+    ours = vit_scratch.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay,
+                                    **kwargs).eval()
+    in_numpy = vit_scratch.create_numpy_model(name, pretrained=True,
+                                              pretrained_cfg_overlay=overlay, **kwargs)
+    assert ours.pretrained_cfg["file"] == in_numpy.pretrained_cfg["file"] == str(path)
+    assert ours.pretrained_cfg["architecture"] == name
+    x = torch.randn(2, *source.pretrained_cfg["input_size"],
+                    generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = source(x)
+        assert expected.abs().max() > 1e-2
+        assert max_abs_diff(ours(x), expected) == 0, name
+    assert max_abs_diff(in_numpy(x.numpy()), expected) < NUMPY_TOL, name
+    timm = pytest.importorskip("timm")
+    if name in timm.list_models():
+        theirs = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay,
+                                   **kwargs).eval()
+        with torch.no_grad():
+            assert max_abs_diff(theirs(x), expected) < 1e-5, name
+
+
+def test_the_pages_count_the_names_the_registry_has():
+    """Every count of model names on the pages (README.md, docs/*.md; tables printed from a
+    results file aside) is the registry's: ``list_models()``'s names, or the names timm has too
+    (those with published weights, ``hub.pretrained_names()``)."""
+    from pathlib import Path
+
+    from vit_scratch import hub
+
+    root = Path(__file__).resolve().parents[1]
+    counts = {"all": len(vit_scratch.list_models()), "timm": len(hub.pretrained_names())}
+    kinds = ((r"list_models\(\)\s*# (\d+) names", "all"), (r"(\d+) timm names", "timm"),
+             (r"(\d+) names both libraries have", "timm"))
+    found = []
+    for page in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for number, line in enumerate(page.read_text().splitlines(), start=1):
+            if line.lstrip().startswith("|"):
+                continue  # a table's cells count what a results file holds
+            where = f"{page.name}:{number}"
+            known = [(int(m.group(1)), kind) for pattern, kind in kinds
+                     for m in re.finditer(pattern, line)]
+            total = len(re.findall(r"\b\d+ (?:[\w-]+ )?names\b", line))
+            assert total <= len(known), f"{where}: a count of names this test does not know: {line}"
+            found += [(where, n, counts[kind]) for n, kind in known]
+    assert len(found) >= 3
+    assert [(w, n) for w, n, expected in found if n != expected] == []
+
+
 def test_get_config_overrides():
     cfg = vit_scratch.get_config("vit_small_patch16_224", img_size=(224, 160), num_classes=10)
     assert cfg.grid_size == (14, 10) and cfg.num_patches == 140 and cfg.head_dim == 64
@@ -115,12 +305,43 @@ def test_position_embedding_is_initialised():
     assert 0 < model.cls_token.detach().abs().max() < 1e-4  # N(0, 1e-6²)
 
 
-@pytest.mark.parametrize("name", one_name_per_family())
+@pytest.mark.parametrize("name", one_name_per_variant())
 def test_every_family_initialises_its_tokens_and_positions(name):
-    model = vit_scratch.create_model(name)
+    model = vit_scratch.create_model(name, **small_kwargs(name))
     own = dict(model.named_parameters(recurse=False))  # class tokens, position embeddings
     for key, p in own.items():
         assert p.detach().abs().max() > 0, f"{name}: {key} is left at zero"
+
+
+def _trunc_normal_through_a_mask(tensor, std=0.02, bound=2.0):
+    """The plain truncated-normal draw: redraw every entry outside the bound, through a mask of
+    the whole tensor, until none is (``layers.trunc_normal_`` touches only those entries)."""
+    tensor.normal_(0.0, std)
+    outside = tensor.abs() > bound * std
+    while outside.any():
+        tensor[outside] = tensor.new_empty(int(outside.sum())).normal_(0.0, std)
+        outside = tensor.abs() > bound * std
+    return tensor
+
+
+@pytest.mark.parametrize("shape,std,bound,strided", [
+    ((3000, 200), 0.02, 2.0, False), ((7, 5, 3), 0.5, 1.0, False), ((40, 50), 0.3, 2.0, True)])
+def test_trunc_normal_draws_what_the_plain_redraw_draws(shape, std, bound, strided):
+    """The same numbers as the plain redraw for the same seed -- in place, for a contiguous
+    and a strided tensor -- so a model built from a seed (the notebooks' trained weights) is
+    the same model; all within ±bound·std."""
+    from vit_scratch.torch_nn.layers import trunc_normal_
+
+    def fresh():
+        t = torch.empty(shape, dtype=torch.float64)
+        return t.transpose(0, 1) if strided else t
+
+    torch.manual_seed(0)
+    expected = _trunc_normal_through_a_mask(fresh(), std, bound)
+    torch.manual_seed(0)
+    got = fresh()
+    assert trunc_normal_(got, std, bound) is got
+    assert torch.equal(got, expected) and got.abs().max() <= bound * std
 
 
 def test_default_init_is_the_training_recipe():
@@ -132,19 +353,24 @@ def test_default_init_is_the_training_recipe():
     assert torch.equal(model.norm.weight, torch.ones(192))
 
 
-#: Per family, a small model with every part (and its training-time regularisation).
+#: Per family, overrides that give a small model (``helpers.small_kwargs``) every part and its
+#: training-time regularisation; a family not named here: the small model as it is.
 SMALL_MODELS = {
-    "vit": dict(img_size=32, depth=3),
+    "vit": dict(depth=3),
     "cait": CAIT_SMALL,
     "coat": dict(COAT_SMALL, parallel_depth=1, img_size=16),
 }
 
 
 def _small_model(name: str, **kwargs):
-    return vit_scratch.create_model(name, **{**SMALL_MODELS[family_of(name)], **kwargs})
+    return vit_scratch.create_model(name, **_small_kwargs(name, **kwargs))
 
 
-@pytest.mark.parametrize("name", one_name_per_family())
+def _small_kwargs(name: str, **kwargs) -> dict:
+    return {**small_kwargs(name), **SMALL_MODELS.get(family_of(name), {}), **kwargs}
+
+
+@pytest.mark.parametrize("name", one_name_per_variant())
 def test_gradients_reach_every_parameter(name):
     # eval(): with stochastic depth a dropped branch would rightly get no gradient
     model = vit_scratch.randomize_weights_(_small_model(name, num_classes=4), seed=14).eval()
@@ -158,20 +384,36 @@ def test_gradients_reach_every_parameter(name):
 
 #: What drop_path_rate=0.3 gives each block: ViT's rate grows linearly with depth (0 -> 0.3);
 #: CaiT's is the same in every self-attention block and 0 in the class-attention blocks (as in
-#: the official code); CoaT's is the same in every block (as the reference).
+#: the official code); CoaT's is the same in every block (as the reference).  A family not named
+#: here: the largest rate is the config's.
 DROP_PATH = {
     "vit": lambda m: [round(b.drop_path1.p, 2) for b in m.blocks] == [0.0, 0.15, 0.3],
     "cait": lambda m: ([b.drop_path.p for b in m.blocks] == [0.3] * 3
                        and all(b.drop_path.p == 0.0 for b in m.blocks_token_only)),
-    "coat": lambda m: {d.p for d in m.modules() if type(d).__name__ == "DropPath"} == {0.3},
+    "coat": lambda m: _drop_path_rates(m, calls=False) == {0.3},
 }
 
 
-@pytest.mark.parametrize("name", one_name_per_family())
+def _drop_path_rates(model, calls: bool = True):
+    """The model's DropPath rates: the set of them, or with ``calls`` the list of the nonzero
+    ones in the order a training forward calls them."""
+    if not calls:
+        return {d.p for d in model.modules() if isinstance(d, DropPath)}
+    rates = []
+    for d in model.modules():
+        if isinstance(d, DropPath):
+            d.register_forward_hook(lambda m, i, o: rates.append(m.p) if m.p else None)
+    c, h, w = model.pretrained_cfg["input_size"]
+    model.train()(torch.zeros(2, c, h, w))
+    return rates
+
+
+@pytest.mark.parametrize("name", one_name_per_variant())
 def test_dropout_and_drop_path_act_in_training_only(name):
     rates = ({"proj_drop_rate": 0.3} if family_of(name) == "coat" else {"attn_drop_rate": 0.3})
     model = _small_model(name, drop_rate=0.3, drop_path_rate=0.3, **rates)
-    assert DROP_PATH[family_of(name)](model)
+    rule = DROP_PATH.get(family_of(name), lambda m: max(_drop_path_rates(m, calls=False)) == 0.3)
+    assert rule(model)
     c, h, w = model.pretrained_cfg["input_size"]
     x = torch.randn(2, c, h, w, generator=torch.Generator().manual_seed(0))
     model.train()
@@ -182,6 +424,43 @@ def test_dropout_and_drop_path_act_in_training_only(name):
     assert max_abs_diff(a, b) > 1e-4  # stochastic in training
     model.eval()
     assert torch.equal(model(x), model(x))  # deterministic in eval
+
+
+@pytest.mark.parametrize("name", one_name_per_variant())
+def test_numpy_stochastic_depth_rates_are_the_pytorch_models_block_by_block(name, monkeypatch):
+    """The NumPy model draws its stochastic-depth masks at the rates of the PyTorch model's
+    DropPath modules, in the same order -- block by block, branch by branch (ViT's rising with
+    depth: 0.15, 0.15, 0.3, 0.3 for three blocks; a falling ramp, or CaiT's rate in its
+    class-attention blocks, would differ)."""
+    import importlib
+    import pkgutil
+
+    from vit_scratch import numpy_nn
+
+    kwargs = _small_kwargs(name, drop_path_rate=0.3)
+    model = vit_scratch.create_model(name, **kwargs)
+    expected = _drop_path_rates(model)
+    assert len(expected) >= 2 and max(expected) == pytest.approx(0.3)
+    drawn = []
+
+    def recording(draw):
+        def drop_path_mask(batch, drop_prob, rng, dtype=np.float32):
+            if drop_prob:
+                drawn.append(drop_prob)
+            return draw(batch, drop_prob, rng, dtype)
+        return drop_path_mask
+
+    for info in pkgutil.iter_modules(numpy_nn.__path__):  # every room module that draws masks
+        module = importlib.import_module(f"vit_scratch.numpy_nn.{info.name}")
+        if hasattr(module, "drop_path_mask"):
+            monkeypatch.setattr(module, "drop_path_mask", recording(module.drop_path_mask))
+    np_model = vit_scratch.create_numpy_model(
+        name, vit_scratch.state_dict_to_numpy(model.state_dict()), **kwargs)
+    c, h, w = model.pretrained_cfg["input_size"]
+    np_model.forward_with_cache(np.zeros((2, c, h, w), np.float32), rng=np.random.default_rng(0))
+    assert drawn == pytest.approx(expected, abs=1e-7)
+    if family_of(name) == "vit":
+        assert drawn == sorted(drawn)  # rising with depth
 
 
 def test_coat_head_dropout_alone_acts_on_the_pooled_features():

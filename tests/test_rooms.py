@@ -113,6 +113,26 @@ def test_softmax_is_stable_and_masks():
     np.testing.assert_array_equal(x[0], [1000.0, 1001.0, 1002.0])  # the input is untouched
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_of_plus_infinity_is_refused(dtype):
+    """A +inf score (float32 overflows at 3.4e38) would give its row NaN weights (inf - inf),
+    as PyTorch's softmax does; ours names it instead, before writing anything (``out=x``
+    included), in the formula the models call as well as the checked function."""
+    x = np.array([[np.inf, 1.0, 2.0], [0.0, 1.0, 2.0]], dtype=dtype)
+    assert torch.isnan(torch.softmax(t(x), dim=-1)[0]).all()  # what it would be
+    message = re.escape(f"softmax input holds +inf in 1 of its rows (a {np.dtype(dtype)} score "
+                        f"that overflowed?)")
+    for f in (np_layers.softmax, np_layers._softmax):
+        with pytest.raises(ValueError, match=message):
+            f(x, -1, x)
+        assert x[0, 0] == np.inf and x[1, 2] == 2.0  # untouched
+    big = np.full((1, 2, 3, 4), 1e20, np.float32)  # q·k overflows float32: +inf scores
+    with np.errstate(over="ignore"), pytest.raises(
+            ValueError, match="softmax input holds \\+inf in 6 of its rows"):
+        np_attn.attention_weights(big, big)
+    np.testing.assert_array_equal(np_layers.softmax(np.array([-np.inf, 0.0])), [0.0, 1.0])
+
+
 @pytest.mark.parametrize("shape", [(2, 5, 8), (1, 1, 4)])
 def test_mlp(rng, shape):
     mlp = t_layers.Mlp(shape[-1], 3 * shape[-1]).double().eval()
@@ -287,6 +307,9 @@ SMALL_CONFIGS = [
     ViTConfig(img_size=(16, 40), patch_size=8, in_chans=1, embed_dim=16, depth=3, num_heads=4,
               num_classes=7, mlp_ratio=2.0, qkv_bias=False),
     ViTConfig(img_size=24, patch_size=4, embed_dim=12, depth=1, num_heads=1, num_classes=0),
+    # DeiT III's form: LayerScale in every block, no position for the prefix tokens
+    ViTConfig(img_size=(24, 32), patch_size=8, embed_dim=16, depth=2, num_heads=2, num_classes=3,
+              init_values=0.1, no_embed_class=True),
 ]
 
 
@@ -303,7 +326,8 @@ def test_vit_float64(rng, cfg):
         assert max_abs_diff(a, b) < F64
 
 
-@pytest.mark.parametrize("cfg", SMALL_CONFIGS[:2], ids=lambda c: f"{c.img_size}-{c.embed_dim}")
+@pytest.mark.parametrize("cfg", SMALL_CONFIGS[:2] + SMALL_CONFIGS[3:],
+                         ids=lambda c: f"{c.img_size}-{c.embed_dim}")
 def test_distilled_vit_float64(rng, cfg):
     """DeiT's distillation token in both rooms: the same tokens (class, distillation, patches),
     the same average of the two heads, the same attention maps, near float64 precision."""
@@ -324,8 +348,35 @@ def test_distilled_vit_float64(rng, cfg):
     assert max_abs_diff(pooled, (features[:, 0] + features[:, 1]) / 2) < F64
     for a, b in zip(np_model.get_attention_maps(x), model.get_attention_maps(t(x))):
         assert a.shape[-1] == 2 + cfg.num_patches and max_abs_diff(a, b) < F64
+    assert params["pos_embed"].shape[1] == cfg.pos_embed_prefix_tokens + cfg.num_patches
     # the distillation token is not a copy of the class token: the two heads read different rows
     assert max_abs_diff(features[:, 0], features[:, 1]) > 1e-3
+
+
+@pytest.mark.parametrize("no_embed_class", [False, True])
+@pytest.mark.parametrize("distilled", [False, True])
+def test_where_the_position_embedding_goes(rng, no_embed_class, distilled):
+    """The tokens entering the blocks, in both rooms: the patches plus their positions, and in
+    front the class (and distillation) token -- with its own position entry, or with
+    ``no_embed_class`` (DeiT III) as it is learnt, the position embedding the grid's alone."""
+    cfg = SMALL_CONFIGS[3].replace(no_embed_class=no_embed_class, distilled=distilled)
+    cls = t_vit.VisionTransformer.class_for(cfg)
+    model = randomize_weights_(cls(cfg).double().eval(), seed=8, std=0.1)
+    params = state_dict_to_numpy(model.state_dict())
+    np_model = getattr(np_vit, cls.__name__)(cfg, params)
+    x = rng.standard_normal((2, 3, 24, 32))
+    with torch.no_grad():
+        tokens = model.embed(t(x)).numpy()
+    assert max_abs_diff(np_model.embed(x), tokens) < F64
+    prefix = [params["cls_token"]] + ([params["dist_token"]] if distilled else [])
+    n = len(prefix)
+    pos = params["pos_embed"][0]  # (entries, C)
+    assert len(pos) == (0 if no_embed_class else n) + 12
+    patches = np_pe.patch_embed(x, params["patch_embed.proj.weight"], params["patch_embed.proj.bias"])
+    for i, token in enumerate(prefix):
+        expected = token[0, 0] + (0 if no_embed_class else pos[i])
+        np.testing.assert_array_equal(tokens[:, i], np.broadcast_to(expected, (2, 16)))
+    assert max_abs_diff(tokens[:, n:], patches + pos[len(pos) - 12:]) < F64
 
 
 @pytest.mark.parametrize("additive", [False, True])

@@ -4,12 +4,14 @@ attention maps and intermediate features, the same answers at other resolutions.
 Every timm parameter is randomized first (``randomize_weights_``): timm initialises biases to 0
 and LayerNorms to identity, which would hide a missing bias or a wrong eps.
 """
+import numpy as np
 import pytest
 import torch
 
 import vit_scratch
 from helpers import (check_logits_match_timm, F64, family_of, LN, make_pair, max_abs_diff,
                      NUMPY_TOL, random64, random_tokens, small_kwargs, timm_names, TORCH_TOL)
+from tools import timm_suite
 from vit_scratch import load_checkpoint, resize_pos_embed, save_checkpoint
 from vit_scratch.models import lookup
 from vit_scratch.torch_nn import layerscale as pt_ls
@@ -18,17 +20,17 @@ from vit_scratch.torch_nn import layerscale as pt_ls
 # --- logits, every name ----------------------------------------------------------------------------
 
 
-#: Per family: the smallest max |logit| that counts as non-trivial, and the tolerances
-#: (CoaT's relative to the largest logit).
-PARITY = {
-    "vit": dict(min_scale=0.1, torch_tol=TORCH_TOL, numpy_tol=NUMPY_TOL),
-    "cait": dict(min_scale=0.1, torch_tol=TORCH_TOL, numpy_tol=NUMPY_TOL),
-    "coat": dict(min_scale=0.01, torch_tol=1e-5, numpy_tol=1e-5, relative=True),
-}
-#: Names checked at full size, at their native input size: the smallest timm name of each family
-#: (CoaT: Lite and not).  The ``*_digits`` names are small already and run as they are.
-FULL_SIZE = {"vit_tiny_patch16_224", "deit_tiny_distilled_patch16_224", "cait_xxs24_224",
-             "coat_lite_tiny", "coat_tiny"}
+#: The parity every family keeps with timm: the smallest max |logit| that counts as
+#: non-trivial, and the tolerances.  A family or variant not named in :data:`PARITY` keeps these.
+DEFAULT_PARITY = dict(min_scale=0.1, torch_tol=TORCH_TOL, numpy_tol=NUMPY_TOL)
+#: Families with other tolerances: CoaT's, relative to the largest logit.
+PARITY = {"coat": dict(min_scale=0.01, torch_tol=1e-5, numpy_tol=1e-5, relative=True)}
+TIMM_NAMES = timm_names()
+#: Names checked at full size, at their native input size: the smallest timm name of each
+#: architecture -- each family and variant (``timm_suite.representatives``: DeiT-Ti, DeiT-Ti⚗,
+#: DeiT III-S, CaiT-XXS24, CoaT-Lite Tiny, CoaT Tiny).  The ``*_digits`` names are small
+#: already and run as they are.
+FULL_SIZE = set(timm_suite.representatives(TIMM_NAMES))
 #: timm's coat_small builder takes no depth overrides: its own depths, at 64².
 TIMM_FIXED_DEPTHS = {"coat_small"}
 
@@ -47,9 +49,6 @@ def _parity_kwargs(name: str) -> dict:
     return kwargs
 
 
-TIMM_NAMES = timm_names()
-
-
 @pytest.mark.parametrize("name", vit_scratch.list_models())
 def test_logits_match_timm(name):
     """Every registered name (our ``*_digits`` configs against timm's class of the family built
@@ -63,7 +62,7 @@ def test_logits_match_timm(name):
     batch = 2 if (h, w) <= (224, 224) else 1
     x = torch.randn(batch, c, h, w, generator=torch.Generator().manual_seed(0))
     check_logits_match_timm(name, oracle, ours, x, family.spec.MODELS.param_shapes(ours.cfg),
-                            **PARITY[family_of(name)], **kwargs)
+                            **PARITY.get(family_of(name), DEFAULT_PARITY), **kwargs)
 
 
 @pytest.mark.parametrize("kwargs", [
@@ -115,6 +114,85 @@ def test_residual_block_layerscale_is_timms_vit_block_with_init_values(rng):
     prenorm.load_state_dict(vit_block.state_dict(), strict=True)  # pre-norm = ViT's block
     with torch.no_grad():
         assert max_abs_diff(prenorm(x), vit_block(x)) < F64
+
+
+def test_vit_block_is_the_residual_block_and_takes_timms_init_values(rng):
+    """One block class for the ViT family: ``vit.Block`` is ``layerscale.ResidualBlock``; with
+    timm's ``init_values`` it is timm's LayerScale block (DeiT III's), without it ViT's."""
+    from timm.models.vision_transformer import Block
+
+    assert vit_scratch.torch_nn.vit.Block is pt_ls.ResidualBlock
+    x = torch.from_numpy(random_tokens(rng, 2, 7, 16))
+    for init_values, residual in ((None, "prenorm"), (1e-6, "layerscale")):
+        theirs = random64(Block(16, 4, mlp_ratio=2.0, qkv_bias=True, init_values=init_values,
+                                norm_layer=LN), seed=5)
+        ours = vit_scratch.torch_nn.vit.Block(16, 4, mlp_ratio=2.0, init_values=init_values)
+        assert ours.residual == residual
+        ours = ours.double().eval()
+        ours.load_state_dict(theirs.state_dict(), strict=True)
+        with torch.no_grad():
+            assert max_abs_diff(ours(x), theirs(x)) < F64
+    assert torch.equal(pt_ls.ResidualBlock(16, 4, init_values=1e-6).ls2.gamma,
+                       torch.full((16,), 1e-6))  # LayerScale starts at ε, as timm's
+
+
+def test_layerscale_starts_at_init_values_as_timms_deit3():
+    """DeiT III's LayerScale vectors start at ε = 1e-6, as timm's, and ``reset_parameters``
+    puts them back there (and a pre-norm ViT has none)."""
+    import timm
+
+    small = dict(img_size=32, depth=2)
+    model = vit_scratch.create_model("deit3_small_patch16_224", **small)
+    theirs = timm.create_model("deit3_small_patch16_224", **small)
+    gammas = {k: v for k, v in model.state_dict().items() if ".ls" in k}
+    assert list(gammas) == [k for k in theirs.state_dict() if ".ls" in k] and len(gammas) == 4
+    for key, gamma in gammas.items():
+        assert torch.equal(gamma, theirs.state_dict()[key]), key
+        assert torch.equal(gamma, torch.full((384,), 1e-6)), key
+    vit_scratch.randomize_weights_(model, seed=1)
+    model.reset_parameters()
+    assert all(torch.equal(v, torch.full((384,), 1e-6)) for k, v in model.state_dict().items()
+               if ".ls" in k)
+    assert not any(".ls" in k for k in vit_scratch.create_model("vit_digits").state_dict())
+
+
+def test_deit3_checkpoint_loads_strictly_and_at_other_sizes(tmp_path):
+    """A timm DeiT III file (no metadata): strictly into the same model, with timm's logits in
+    both rooms; into one built for 96² and into one with ``dynamic_img_size`` at 64×96, its
+    pos_embed -- the patch grid alone: the class token has no position -- resized as timm
+    resizes it (the grid's rows and columns each where they belong)."""
+    import timm
+    from timm.models.vision_transformer import checkpoint_filter_fn
+
+    name, small = "deit3_small_patch16_224", dict(img_size=64, depth=2)
+    source, _ = make_pair(name, seed=8, **small)
+    path = tmp_path / "deit3_small_64.pth"
+    torch.save(source.state_dict(), path)  # timm's own file: no metadata
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(3))
+    same = load_checkpoint(vit_scratch.create_model(name, **small), path).eval()
+    assert same.pos_embed.shape == (1, 16, 384) and same.pos_embed_prefix_tokens == 0
+    np_model = vit_scratch.create_numpy_model(
+        name, vit_scratch.state_dict_to_numpy(vit_scratch.read_state_dict(path)), **small)
+    with torch.no_grad():
+        expected = source(x)
+        assert max_abs_diff(same(x), expected) <= TORCH_TOL
+    assert max_abs_diff(np_model(x.numpy()), expected) <= NUMPY_TOL
+    ours = load_checkpoint(vit_scratch.create_model(name, img_size=96, depth=2), path).eval()
+    oracle = timm.create_model(name, img_size=96, depth=2).eval()
+    oracle.load_state_dict(checkpoint_filter_fn(source.state_dict(), oracle), strict=True)
+    x = torch.randn(2, 3, 96, 96, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert max_abs_diff(ours.pos_embed, oracle.pos_embed) <= 1e-6
+        assert max_abs_diff(ours(x), oracle(x)) <= TORCH_TOL
+    dynamic = vit_scratch.create_model(name, dynamic_img_size=True, **small).eval()
+    dynamic.load_state_dict(source.state_dict(), strict=True)
+    oracle = timm.create_model(name, dynamic_img_size=True, **small).eval()
+    oracle.load_state_dict(source.state_dict(), strict=True)
+    x = torch.randn(2, 3, 64, 96, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        expected = oracle(x)
+        assert max_abs_diff(dynamic(x), expected) <= TORCH_TOL
+        assert max_abs_diff(dynamic(x.transpose(-1, -2)), oracle(x.transpose(-1, -2))) <= TORCH_TOL
 
 
 def test_cross_attention_uses_the_same_parameters_and_timm_weights_load():
@@ -192,6 +270,30 @@ def test_forward_intermediates_nlc_and_early_stop_match_timm():
 
 
 # --- other resolutions -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("as_numpy", [False, True], ids=["tensor", "ndarray"])
+def test_resize_pos_embed_reads_old_grid_as_rows_then_columns(as_numpy):
+    """The grid's entries are read in raster order over ``old_grid=(rows, cols)``: on a 3×5
+    grid whose two channels are each entry's row and column, the resized grid's row channel is
+    the same along every row and grows down the columns, and the column channel the other way
+    round -- the positions stay where they were.  A transposed ``old_grid`` (5, 3) holds as many
+    entries and is read as it says, scrambling them: nothing in the tensor tells the two apart
+    (``load_checkpoint`` reads the grid from the file for that reason)."""
+    rows, cols = np.meshgrid(np.arange(3.0), np.arange(5.0), indexing="ij")  # (3, 5) each
+    grid = np.stack([rows, cols], axis=-1).reshape(1, 15, 2)
+    pe = np.concatenate([np.full((1, 1, 2), 7.0), grid], axis=1).astype(np.float32)
+    pe = pe if as_numpy else torch.from_numpy(pe)
+    out = np.asarray(resize_pos_embed(pe, (6, 10), old_grid=(3, 5), mode="bilinear"))
+    assert out.shape == (1, 61, 2) and np.array_equal(out[0, 0], [7.0, 7.0])
+    new = out[0, 1:].reshape(6, 10, 2)
+    assert np.allclose(new[..., 0], new[:, :1, 0]) and np.all(np.diff(new[:, 0, 0]) >= 0)
+    assert np.allclose(new[..., 1], new[:1, :, 1]) and np.all(np.diff(new[0, :, 1]) >= 0)
+    assert new[-1, 0, 0] > new[0, 0, 0] and new[0, -1, 1] > new[0, 0, 1]
+    same = np.asarray(resize_pos_embed(pe, (3, 5), old_grid=(3, 5)))
+    assert np.array_equal(same, np.asarray(pe))
+    transposed = np.asarray(resize_pos_embed(pe, (6, 10), old_grid=(5, 3), mode="bilinear"))
+    assert not np.allclose(transposed[0, 1:].reshape(6, 10, 2)[..., 0], new[:, :1, 0])
 
 
 @pytest.mark.parametrize("old,new", [((14, 14), (24, 24)), ((14, 14), (7, 7)),

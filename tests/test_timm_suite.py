@@ -77,18 +77,55 @@ def test_skips_and_exclusions_are_timms_own(report):
 
 
 def test_the_committed_full_run_passed_on_every_shared_name():
-    """The last ``--full`` run (every applicable test on every name both libraries have: about
-    an hour on 2 cores, so not in CI), committed as benchmarks/results/timm_suite.json and shown
-    in docs/library.md: it ran on every shared name, nothing failed, and what timm skipped, its
-    size limits skipped."""
+    """The ``--full`` runs (every applicable test on every name both libraries have: about an
+    hour on 2 cores, so not in CI), committed as benchmarks/results/timm_suite.json and shown
+    in docs/library.md -- one run on every name, or runs on some names merged into it
+    (``--merge``, every run kept): every shared name ran, nothing failed, and what timm skipped,
+    its size limits skipped."""
     report = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" /
                          "timm_suite.json").read_text())
-    assert report["exitstatus"] == 0 and report["written_by"].endswith("--full --json "
-                                                                       "benchmarks/results/timm_suite.json")
+    assert report["exitstatus"] == 0
+    assert report["written_by"].endswith("--json benchmarks/results/timm_suite.json")
+    runs = timm_suite.runs(report)
+    assert all(" --full" in run["written_by"] and run["exitstatus"] == 0 for run in runs)
+    ran_by = [n for run in runs for n in run["names"]]
+    assert sorted(ran_by) == sorted(set(ran_by))  # each name's items from one run
     items = [i for i in report["items"] if i["outcome"] != "not run"]
+    assert {i["name"].partition(".")[0] for i in items if i["name"]} == set(ran_by)
     assert not [i["nodeid"] for i in items if i["outcome"] == "failed"]
     assert {i["reason"] for i in items if i["outcome"] == "skipped"} <= set(TIMM_SKIPS)
     assert {i["name"].partition(".")[0] for i in items if i["name"]} == set(
         timm_suite.shared_names())
     ran = {i["test"] for i in items if i["outcome"] == "passed"}
     assert set(CORE) | set(timm_suite.LEFT_OUT_OF_CI) <= ran
+
+
+def test_a_run_on_some_names_merges_into_a_saved_report():
+    """``--merge``: the names run replace their items, the other names keep theirs (a run on
+    some names reports the others' items "not run"); a test is not applicable only if it
+    applies to no name of either run; every run is kept with its names (a name re-run leaves
+    the earlier run's list), and the seconds add up."""
+    def item(name, outcome="passed"):
+        return {"test": "test_model_forward", "name": name, "family": "VisionTransformer",
+                "outcome": outcome, "reason": "", "nodeid": f"t[{name}]"}
+
+    saved = {"benchmark": "timm_suite", "timm_version": "1.0", "exitstatus": 0, "seconds": 10.0,
+             "written_by": "python tools/timm_suite.py --full --json r.json", "output_tail": "a",
+             "items": [item("a"), item("b", "failed")],
+             "not_applicable": {"t8": {"reason": "timm excludes this family", "names": []},
+                                "t9": {"reason": "its models are timm's alone", "names": ["x"]}}}
+    new = {"timm_version": "1.0", "exitstatus": 0, "seconds": 5.0, "output_tail": "b",
+           "items": [item("a", "not run"), item("b"), item("c.tag")],  # a: outside --names
+           "not_applicable": {"t9": {"reason": "its models are timm's alone", "names": ["y"]}}}
+    command = "python tools/timm_suite.py --full --names b c --merge r.json --json r.json"
+    merged = timm_suite.merge(saved, new, command)
+    assert [(i["name"], i["outcome"]) for i in merged["items"]] == [
+        ("a", "passed"), ("b", "passed"), ("c.tag", "passed")]
+    assert merged["not_applicable"] == {"t9": {"reason": "its models are timm's alone",
+                                               "names": ["x", "y"]}}
+    assert [(r["written_by"], r["names"]) for r in timm_suite.runs(merged)] == [
+        (saved["written_by"], ["a"]), (command, ["b", "c"])]
+    assert merged["seconds"] == 15.0 and merged["written_by"] == command
+    with pytest.raises(ValueError, match="cannot merge a run of timm 2.0 into a report of timm "
+                                         "1.0"):
+        timm_suite.merge(saved, dict(new, timm_version="2.0"), command)

@@ -7,6 +7,8 @@ nothing else).
     python tools/timm_suite.py --full --table  # ... and the table, timm test × family (Markdown)
     python tools/timm_suite.py --full --json timm_suite.json   # every item's outcome
     python tools/timm_suite.py --report timm_suite.json --table   # the table of a saved run
+    python tools/timm_suite.py --full --names deit3_small_patch16_224 --merge timm_suite.json \
+        --json timm_suite.json      # every test on some names, merged into a saved full run
 
 1. **Fetch** (once): ``pip download --no-binary :all: --no-deps timm==<installed version>`` into
    ``~/.cache/vit-scratch/timm-<version>/`` (``$XDG_CACHE_HOME`` if set), and its ``tests/``
@@ -16,7 +18,10 @@ nothing else).
    (timm's module-level settings stay out of the caller), offline: ``HF_HUB_OFFLINE=1`` and a
    private ``HF_HUB_CACHE`` where the adapter puts stand-in weights (timm's own state_dict of
    the name) for ``pretrained=True``.
-3. **Report**: every item's outcome (JSON), and a table, timm test × family.
+3. **Report**: every item's outcome (JSON), and a table, timm test × family.  ``--merge`` puts
+   a run on some names into a saved report (:func:`merge`): their items replace that report's
+   items of the same names, and the report keeps every run that wrote it (``runs``: command,
+   names, seconds), so a name added later joins the full run without repeating it.
 
 The CI cut: every applicable test on one name per architecture -- the smallest shared name of
 each set of names with the same state_dict key layout (``representatives``: DeiT-Ti (the
@@ -155,6 +160,52 @@ def run(tests: Path, names=None, leave_out=(), extra_args=(), timeout=6000) -> d
     return report
 
 
+def ran_names(report: dict) -> list[str]:
+    """The names a report's items ran on (an item of another name, outside ``--names``, is
+    reported "not run")."""
+    return sorted({i["name"].partition(".")[0] for i in report["items"]
+                   if i["name"] and i["outcome"] != "not run"})
+
+
+def runs(report: dict) -> list[dict]:
+    """The runs a report holds: its ``runs``, or, for a report of one run, that run (its
+    command, the names it ran, its seconds, exit status and output)."""
+    if report.get("runs"):
+        return report["runs"]
+    return [{"written_by": report.get("written_by", ""), "names": ran_names(report),
+             "seconds": report.get("seconds"), "exitstatus": report.get("exitstatus"),
+             "output_tail": report.get("output_tail", "")}]
+
+
+def merge(saved: dict, new: dict, written_by: str) -> dict:
+    """``new`` (a run on some names) put into ``saved`` (a report on others, or on these too):
+    the items of the names ``new`` ran are ``new``'s, every other item is ``saved``'s; a test
+    is not applicable if it applies to no name of either; the exit status is the worse, the
+    seconds the sum, and ``runs`` lists every run, ``new``'s last (under its own command, or
+    ``written_by``, the merging command, for a run that records none)."""
+    if saved.get("timm_version") != new.get("timm_version"):
+        raise ValueError(f"cannot merge a run of timm {new.get('timm_version')} into a report "
+                         f"of timm {saved.get('timm_version')}: run --full again")
+    names = set(ran_names(new))
+    ran = [i for i in new["items"] if (i["name"] or "").partition(".")[0] in names]
+    kept = [i for i in saved["items"] if (i["name"] or "").partition(".")[0] not in names]
+    not_applicable = {}
+    for test, entry in saved["not_applicable"].items():
+        other = new["not_applicable"].get(test)
+        if other is not None and other["reason"] == entry["reason"]:
+            not_applicable[test] = dict(entry, names=sorted(set(entry["names"]) |
+                                                            set(other["names"])))
+    new_runs = [dict(run, written_by=run["written_by"] or written_by) for run in runs(new)]
+    earlier = [dict(run, names=[n for n in run["names"] if n not in names])
+               for run in runs(saved)]
+    every = [run for run in earlier if run["names"]] + new_runs
+    return {**saved, "written_by": written_by, "items": kept + ran,
+            "not_applicable": not_applicable,
+            "exitstatus": max(saved["exitstatus"], new["exitstatus"]),
+            "seconds": round(sum(run["seconds"] for run in every), 1),
+            "output_tail": new["output_tail"], "runs": every}
+
+
 def table(report: dict) -> dict[str, dict[str, str]]:
     """timm test -> family -> one cell: "n passed", timm's skips with their reason, failures,
     or "not applicable (reason)"."""
@@ -216,6 +267,10 @@ def main(argv=None) -> int:
     parser.add_argument("--table", "--markdown", dest="table", action="store_true",
                         help="print the table, timm test × family, as Markdown")
     parser.add_argument("--report", help="no run: read this saved report (--json) instead")
+    parser.add_argument("--merge", help="merge the run into this saved report (its items of "
+                        "the names run are replaced; with --json, written with every run kept)")
+    parser.add_argument("--timeout", type=float, default=6000,
+                        help="seconds the run may take before it is stopped (default 6000)")
     parser.add_argument("pytest_args", nargs="*", help="passed on to pytest (after --)")
     args = parser.parse_args(argv)
     names = args.names or (None if args.full else representatives(shared_names()))
@@ -223,12 +278,17 @@ def main(argv=None) -> int:
         report = json.loads(Path(args.report).read_text())
     else:
         report = run(fetch_tests(), names=names, leave_out=() if args.full else LEFT_OUT_OF_CI,
-                     extra_args=args.pytest_args)
+                     extra_args=args.pytest_args, timeout=args.timeout)
+    written_by = "python " + shlex.join(sys.argv)
+    if args.merge:
+        report = merge(json.loads(Path(args.merge).read_text()),
+                       report if args.report else dict(report, written_by=written_by),
+                       written_by)
     if args.json:
-        report.update(benchmark="timm_suite", written_by="python " + shlex.join(sys.argv))
+        report.update(benchmark="timm_suite", written_by=written_by)
         Path(args.json).write_text(json.dumps(report, indent=1))
     counts = collections.Counter(i["outcome"] for i in report["items"])
-    ran = sorted({i["name"] for i in report["items"] if i["name"] and i["outcome"] != "not run"})
+    ran = ran_names(report)
     print(f"timm {report['timm_version']}: {dict(counts)} in {report['seconds']} s "
           f"(names: {', '.join(ran)})")
     if report.get("exitstatus") == 2:  # pytest's "interrupted"

@@ -30,7 +30,6 @@ Infrastructure, not teaching code: PyTorch's exporters (``torch.export``, ``torc
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import warnings

@@ -18,14 +18,16 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import functools
-import os
 import re
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable
 
 from .specs import cait, coat, vit
-from .specs.base import ModelSpec
+from .specs.base import ModelSpec, num_params
+from .specs.pretrained_cfg import (PRETRAINED_CFG_KEYS,  # noqa: F401  (models.PRETRAINED_CFG_KEYS)
+                                   check_pretrained_cfg_overlay, overlaid_pretrained_cfg,
+                                   overlay_defaults)
 
 __all__ = ["FAMILIES", "MODEL_OPTIONS", "create_model", "create_numpy_model", "get_config",
            "get_pretrained_cfg", "list_models", "timm_name"]
@@ -160,130 +162,11 @@ def create_model(name: str, **kwargs):
 #:                        ``forward`` returns tokens; the family's ``global_pools``)
 #:   dynamic_img_size     a model with a position embedding takes any size its patches tile
 #:   pretrained_cfg_overlay  entries that replace those of the name's ``pretrained_cfg``
-#:                        (:func:`check_pretrained_cfg_overlay`)
+#:                        (``specs.pretrained_cfg.check_pretrained_cfg_overlay``)
 #:   features_only, out_indices, feature_cls   a backbone that returns feature maps
 #:                        (``vit_scratch.torch_nn.features``; ``feature_cls="getter"``, timm's name)
 MODEL_OPTIONS = ("device", "dtype", "global_pool", "dynamic_img_size", "pretrained_cfg_overlay")
 FEATURE_OPTIONS = ("features_only", "out_indices", "feature_cls")
-
-#: The entries a ``pretrained_cfg`` may hold: the fields of timm's ``PretrainedCfg``.  Where the
-#: weights come from (``WEIGHT_SOURCES``), what the model's input must look like (``input_size``,
-#: ``mean``, ``std``, ``crop_pct``, ``interpolation``, ``crop_mode``: what
-#: ``vit_scratch.data.preprocess`` reads), the head, and descriptions.
-PRETRAINED_CFG_KEYS = (
-    "url", "file", "state_dict", "hf_hub_id", "hf_hub_filename", "source", "architecture", "tag",
-    "custom_load", "input_size", "test_input_size", "min_input_size", "fixed_input_size",
-    "interpolation", "crop_pct", "test_crop_pct", "crop_mode", "mean", "std", "num_classes",
-    "label_offset", "label_names", "label_descriptions", "pool_size", "test_pool_size",
-    "first_conv", "classifier", "license", "description", "origin_url", "paper_name",
-    "paper_ids", "notes")
-#: The entries that say where ``pretrained=True`` finds the weights (``vit_scratch.hub``).
-WEIGHT_SOURCES = ("state_dict", "file", "hf_hub_id", "hf_hub_filename", "url")
-#: The resampling filters the preprocessing knows (``vit_scratch.data.preprocess``).
-INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
-
-
-def check_pretrained_cfg_overlay(overlay, name: str) -> dict:
-    """timm's ``pretrained_cfg_overlay``: a dict whose entries replace those of ``name``'s
-    ``pretrained_cfg``, keyed as timm's ``PretrainedCfg`` (an unknown key is a ``TypeError``,
-    as in timm).  The entries the library reads are checked, each a ``ValueError`` naming the
-    entry and the value: ``input_size`` (C, H, W), ``mean`` and ``std`` (one number per channel,
-    std positive), ``crop_pct`` in (0, 1], ``interpolation``, ``crop_mode`` (``"center"``),
-    ``num_classes``, ``fixed_input_size``, ``architecture`` (the name itself) and the weight
-    sources (``file``: a path, ``state_dict``: a dict, ``hf_hub_id``, ``hf_hub_filename``,
-    ``url``: strings).  Returns a new dict (tuples for sequences)."""
-    from . import validation
-
-    if overlay is None:
-        return {}
-    if not isinstance(overlay, dict):
-        raise ValueError(f"pretrained_cfg_overlay must be a dict of pretrained_cfg entries "
-                         f"(e.g. dict(file='model.safetensors')), got "
-                         f"{validation.describe_value(overlay)}")
-    unknown = [k for k in overlay if k not in PRETRAINED_CFG_KEYS]
-    if unknown:
-        raise TypeError(f"pretrained_cfg_overlay has the unknown key(s) "
-                        f"{', '.join(map(repr, unknown))}; a pretrained_cfg knows "
-                        f"{', '.join(PRETRAINED_CFG_KEYS)}")
-    out = dict(overlay)
-    what = lambda key: f"pretrained_cfg_overlay[{key!r}]"  # noqa: E731
-    if "input_size" in out:
-        size = out["input_size"]
-        if isinstance(size, str) or not hasattr(size, "__len__") or len(size) != 3:
-            raise ValueError(f"{what('input_size')} must be (C, H, W), got "
-                             f"{validation.describe_value(size)}")
-        out["input_size"] = tuple(validation.check_positive(v, what("input_size"))
-                                  for v in size)
-    for key in ("mean", "std"):
-        if key in out:
-            values = out[key]
-            if isinstance(values, str) or not hasattr(values, "__len__") or not len(values):
-                raise ValueError(f"{what(key)} must be one number per channel, got "
-                                 f"{validation.describe_value(values)}")
-            check = validation.check_positive_float if key == "std" else validation.check_float
-            out[key] = tuple(check(v, what(key)) for v in values)
-    if "crop_pct" in out:
-        out["crop_pct"] = validation.check_float(out["crop_pct"], what("crop_pct"), 0.0, 1.0,
-                                                 low_open=True)
-    if "interpolation" in out:
-        validation.check_choice(out["interpolation"], what("interpolation"), INTERPOLATIONS)
-    if "crop_mode" in out:
-        validation.check_choice(out["crop_mode"], what("crop_mode"), ("center",))
-    if "num_classes" in out:
-        out["num_classes"] = validation.check_int(out["num_classes"], what("num_classes"),
-                                                  minimum=0)
-    if "fixed_input_size" in out:
-        out["fixed_input_size"] = validation.check_bool(out["fixed_input_size"],
-                                                        what("fixed_input_size"))
-    if out.get("architecture", name) != name:
-        raise ValueError(f"{what('architecture')} is {out['architecture']!r}, but the model is "
-                         f"{name}: build that name instead (the architecture is the name's)")
-    if out.get("file") is not None and not isinstance(out["file"], (str, os.PathLike)):
-        raise ValueError(f"{what('file')} must be a path, got "
-                         f"{validation.describe_value(out['file'])}")
-    if out.get("state_dict") is not None and not isinstance(out["state_dict"], dict):
-        raise ValueError(f"{what('state_dict')} must be a dict of tensors, got "
-                         f"{validation.describe_value(out['state_dict'])}")
-    for key in ("hf_hub_id", "hf_hub_filename", "url"):
-        if out.get(key) is not None and not isinstance(out[key], str):
-            raise ValueError(f"{what(key)} must be a str, got "
-                             f"{validation.describe_value(out[key])}")
-    return out
-
-
-def overlay_defaults(overlay: dict, kwargs: dict) -> dict:
-    """timm's rule: the overlay's ``input_size`` gives ``in_chans`` and ``img_size``, and its
-    ``num_classes`` gives ``num_classes``, unless ``kwargs`` give them (a size that contradicts
-    them is refused when the model is built: :func:`overlaid_pretrained_cfg`)."""
-    kwargs = dict(kwargs)
-    if "input_size" in overlay:
-        kwargs.setdefault("in_chans", overlay["input_size"][0])
-        kwargs.setdefault("img_size", tuple(overlay["input_size"][1:]))
-    if "num_classes" in overlay:
-        kwargs.setdefault("num_classes", overlay["num_classes"])
-    return kwargs
-
-
-def overlaid_pretrained_cfg(spec: ModelSpec, cfg, overlay: dict | None) -> dict:
-    """``spec``'s ``pretrained_cfg`` for ``cfg``, the overlay's entries in place of its own
-    (an in-memory ``state_dict`` is not kept in it).  Its ``input_size`` is the model's and its
-    ``num_classes`` the model's head: an overlay whose ``input_size`` or ``mean``/``std``
-    contradict the model's channels and size is a ``ValueError``."""
-    pcfg = spec.pretrained_cfg_for(cfg)
-    if not overlay:
-        return pcfg
-    entries = {k: v for k, v in overlay.items() if k != "state_dict"}
-    size = pcfg["input_size"]
-    if "input_size" in entries and tuple(entries["input_size"]) != tuple(size):
-        raise ValueError(f"pretrained_cfg_overlay['input_size'] is {entries['input_size']}, but "
-                         f"the model takes (in_chans, *img_size) = {size}: leave out in_chans "
-                         f"and img_size (the overlay's input_size then gives them) or make them "
-                         f"agree")
-    for key in ("mean", "std"):
-        if key in entries and len(entries[key]) != size[0]:
-            raise ValueError(f"pretrained_cfg_overlay[{key!r}] has {len(entries[key])} "
-                             f"values, but the model takes {size[0]} channel(s)")
-    return {**pcfg, **entries, "input_size": size, "num_classes": cfg.num_classes}
 
 
 def split_options(family: Family, kwargs: dict, name: str | None = None) -> tuple[dict, dict, dict]:
@@ -395,7 +278,10 @@ def build_numpy_model(family: Family, spec: ModelSpec, cfg, params, pretrained_c
     pretrained_cfg = overlaid_pretrained_cfg(spec, cfg, pretrained_cfg_overlay)
     if hasattr(params, "keys") and hasattr(params, "get"):  # a dict: another family's params?
         shapes = {k: getattr(v, "shape", ()) for k, v in params.items()}
-        message = other_family_message(shapes, family, f"params for {spec.name}")
+        what = f"params for {spec.name}"
+        message = (other_family_message(shapes, family, what)
+                   or other_variant_message(shapes, family.spec.MODELS.param_shapes(cfg),
+                                            family, what, own_name=spec.name))
         if message:
             raise ValueError(message)
     model = family.numpy_class().class_for(cfg)(cfg, params, name=spec.name)
@@ -403,7 +289,11 @@ def build_numpy_model(family: Family, spec: ModelSpec, cfg, params, pretrained_c
     return model
 
 
-# --- which family a state_dict belongs to -------------------------------------------------------
+# --- which family a model or a state_dict belongs to ----------------------------------------------
+# By name first: a model of the factory and a file of save_checkpoint carry their registered
+# name, which the table leads to.  Keys decide only where there is no name (timm's own files, a
+# dict of arrays), and at the level of families: every name of a family -- its variants
+# included (DeiT III is ViT's) -- stands for that family.
 
 
 def _pattern(key: str) -> str:
@@ -411,33 +301,44 @@ def _pattern(key: str) -> str:
     return re.sub(r"\.\d+(?=\.)", ".#", key)
 
 
-@functools.lru_cache(maxsize=None)
-def _family_keys(spec) -> tuple[frozenset, dict]:
-    """A family's key patterns (over all its registered names) and each name's {key: shape}."""
-    tables = {name: spec.MODELS.param_shapes(entry.config()) for name, entry in spec.MODELS.items()}
-    return frozenset(_pattern(k) for table in tables.values() for k in table), tables
+def _layouts() -> dict[str, tuple[Family, frozenset, dict]]:
+    """Every registered name -> (its family, its key patterns, its ``{key: shape}``), for the
+    table as it is (built again when a family or a name is added)."""
+    return _layout_table(FAMILIES, tuple(len(family.spec.MODELS) for family in FAMILIES))
 
 
-def identify_family(shapes: dict) -> tuple[Family, str | None] | None:
-    """Which family a state_dict is, from its keys: ``(family, name)`` where ``name`` is the
-    registered name whose ``{key: shape}`` table holds every key with its shape (None if no
-    name does), or None when no family's keys fit.
+@functools.lru_cache(maxsize=4)
+def _layout_table(families: tuple, sizes: tuple) -> dict[str, tuple[Family, frozenset, dict]]:
+    out = {}
+    for name, (family, spec) in _name_table(families, sizes).items():
+        table = spec.param_shapes(spec.default)
+        out[name] = (family, frozenset(_pattern(k) for k in table), table)
+    return out
 
-    The keys are compared without their block indices (``blocks.#.gamma_1``), as sets: the
-    family whose set overlaps most (intersection over union, at least one half) wins."""
+
+def identify_family(shapes: dict, name: str | None = None) -> tuple[Family, str | None] | None:
+    """Which family a state_dict is: ``(family, name)``, or None when nothing says.
+
+    ``name``, the registered name the weights were saved under (a file's ``model_name``),
+    decides when it is known.  Otherwise the keys do: each registered name's keys, compared
+    without their block indices (``blocks.#.ls1.gamma``), as sets -- the family of the name whose
+    set overlaps most (intersection over union, at least one half) wins, and a tie between
+    families decides nothing.  ``name`` is then the registered name whose ``{key: shape}``
+    table holds every key with its shape (None if no name does)."""
+    layouts = _layouts()
+    if isinstance(name, str) and name.partition(".")[0] in layouts:
+        return layouts[name.partition(".")[0]][0], name.partition(".")[0]
     patterns = {_pattern(k) for k in shapes}
-    best, best_overlap = None, 0.5
-    for family in FAMILIES:
-        known, _ = _family_keys(family.spec)
-        overlap = len(patterns & known) / max(len(patterns | known), 1)
-        if overlap >= best_overlap:
-            best, best_overlap = family, overlap
-    if best is None:
+    scores = {n: len(patterns & known) / max(len(patterns | known), 1)
+              for n, (_, known, _) in layouts.items()}
+    best = max(scores.values(), default=0.0)
+    families = {layouts[n][0] for n, score in scores.items() if score == best}
+    if best < 0.5 or len(families) != 1:
         return None
-    _, tables = _family_keys(best.spec)
-    fits = [name for name, table in tables.items()
-            if all(k in table and tuple(table[k]) == tuple(s) for k, s in shapes.items())]
-    return best, (min(fits, key=lambda n: len(tables[n]) - len(shapes)) if fits else None)
+    family = families.pop()
+    fits = [n for n, (f, _, table) in layouts.items() if f is family and all(
+        k in table and tuple(table[k]) == tuple(s) for k, s in shapes.items())]
+    return family, (min(fits, key=lambda n: len(layouts[n][2]) - len(shapes)) if fits else None)
 
 
 def family_name(family: Family) -> str:
@@ -445,10 +346,12 @@ def family_name(family: Family) -> str:
     return family.numpy_class().__name__
 
 
-def other_family_message(shapes: dict, family: Family, what: str) -> str | None:
-    """A message when ``shapes`` (a state_dict's ``{key: shape}``) is another family's than
-    ``family``'s ("... are those of a Cait (cait_digits), but the model is a CoaT"), else None."""
-    found = identify_family(shapes)
+def other_family_message(shapes: dict, family: Family, what: str,
+                         name: str | None = None) -> str | None:
+    """A message when ``shapes`` (a state_dict's ``{key: shape}``, saved under the registered
+    ``name`` if known) is another family's than ``family``'s ("... are those of a Cait
+    (cait_digits), but the model is a CoaT"), else None."""
+    found = identify_family(shapes, name)
     if found is None or found[0] is family:
         return None
     other, name = found
@@ -458,10 +361,53 @@ def other_family_message(shapes: dict, family: Family, what: str) -> str | None:
             f"model is a {family_name(family)}; build {build} for these weights")
 
 
-def family_of(model_class: type) -> Family | None:
-    """The family whose PyTorch or NumPy class ``model_class`` is, or a subclass of (ViT's
-    distilled models); None for any other class."""
-    for family in FAMILIES:
-        if issubclass(model_class, (family.torch_class(), family.numpy_class())):
-            return family
+def layout_name(shapes: dict, family: Family | None = None) -> str | None:
+    """The registered name (of ``family``, if given) whose keys, block indices aside, are
+    exactly ``shapes``' keys -- the variant a state_dict's layout is (the smallest such name) --
+    or None."""
+    patterns = frozenset(_pattern(k) for k in shapes)
+    names = [n for n, (f, known, table) in _layouts().items()
+             if known == patterns and (family is None or f is family)]
+    return min(names, key=lambda n: num_params(_layouts()[n][2])) if names else None
+
+
+def other_variant_message(shapes: dict, own: dict, family: Family, what: str,
+                          name: str | None = None, own_name: str | None = None) -> str | None:
+    """A message when ``shapes`` (a state_dict's ``{key: shape}``, saved under ``name`` if
+    known) is another variant of ``family`` than ``own`` (the model's ``{key: shape}``, built
+    as ``own_name`` if known): both layouts registered, and not the same ("... are those of
+    deit3_small_patch16_224, another variant of VisionTransformer than the model's
+    (deit_small_patch16_224)"), else None."""
+    theirs, mine = (_variant(table, n, family) for table, n in ((shapes, name), (own, own_name)))
+    if theirs is None or mine is None or _layouts()[theirs][1] == _layouts()[mine][1]:
+        return None
+    return (f"{what}: the keys and shapes are those of {theirs}, another variant of "
+            f"{family_name(family)} than the model's ({mine}); build "
+            f"vit_scratch.create_model({theirs!r}) for these weights")
+
+
+def _variant(shapes: dict, name: str | None, family: Family) -> str | None:
+    """The registered name whose layout ``shapes`` has: ``name`` if it is one, else
+    :func:`layout_name`."""
+    arch = name.partition(".")[0] if isinstance(name, str) else None
+    known = _layouts().get(arch)
+    if known and known[0] is family and known[1] == frozenset(_pattern(k) for k in shapes):
+        return arch
+    return layout_name(shapes, family)
+
+
+def family_of(model) -> Family | None:
+    """The family of ``model``, a model of either room or a model class: a model of the factory
+    carries its registered name (``pretrained_cfg["architecture"]``), which the table leads to;
+    otherwise the family whose PyTorch or NumPy class is the model's class or, failing that,
+    its nearest base class (ViT's distilled models are ViT's).  None for any other class."""
+    if not isinstance(model, type):
+        architecture = (getattr(model, "pretrained_cfg", None) or {}).get("architecture")
+        if isinstance(architecture, str) and architecture in _registered():
+            return _registered()[architecture][0]
+        model = type(model)
+    for cls in model.__mro__:
+        for family in FAMILIES:
+            if cls is family.torch_class() or cls is family.numpy_class():
+                return family
     return None

@@ -125,8 +125,10 @@ def load_checkpoint(model: nn.Module, path, strict: bool = True,
     to the model's ``in_chans``, as timm does (``torch_nn.patch_embed.adapt_input_conv``).
 
     Refused with a ``CheckpointError`` that names the keys: another family's checkpoint ("holds
-    a Cait ..., but the model is a CoaT"), a distilled checkpoint for a model without DeiT's
-    distillation token or the reverse, missing, unexpected, mis-shaped or mis-typed keys,
+    a Cait ..., but the model is a CoaT"; by the name the file records, or else by its keys),
+    a distilled checkpoint for a model without DeiT's distillation token or the reverse,
+    another variant's with ``strict`` ("those of deit3_small_patch16_224, another variant of
+    VisionTransformer than the model's"), missing, unexpected, mis-shaped or mis-typed keys,
     NaN, infinite or implausibly large values (``checkpoint_checks.MAX_ABS_PARAM``), and aliases of
     one shared tensor that hold different values.
     """
@@ -141,11 +143,16 @@ def load_checkpoint(model: nn.Module, path, strict: bool = True,
     target = unwrap_model(model)
     state_dict = read_state_dict(path)
     what = f"checkpoint {str(path)!r}"
-    family = models.family_of(type(target))
-    if family is not None:  # one of ours: is the file another family's, or another variant?
-        message = models.other_family_message(
-            {k: tuple(v.shape) for k, v in state_dict.items()}, family, what) or \
+    family = models.family_of(target)
+    if family is not None:  # one of ours: is the file another family's (or variant's)?
+        shapes = {k: tuple(v.shape) for k, v in state_dict.items()}
+        name = read_metadata(path).get("model_name")  # by its name, or else its keys
+        message = models.other_family_message(shapes, family, what, name) or \
             _distillation_token_mismatch(state_dict, target, what)
+        if strict and not message:  # strict=False loads what fits of another variant
+            message = models.other_variant_message(
+                shapes, {k: tuple(v.shape) for k, v in target.state_dict().items()}, family,
+                what, name, (getattr(target, "pretrained_cfg", None) or {}).get("architecture"))
         if message:
             raise CheckpointError(message)
     recorded = recorded_grid(path)

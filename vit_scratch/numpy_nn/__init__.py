@@ -10,8 +10,10 @@ so nothing inside a model's forward is checked twice (``vit_scratch.validation``
     patch_embed   patchify, unpatchify, patch_embed, add_class_token, sin-cos position embeddings
     attention     scaled_dot_product_attention, split_heads, merge_heads, multi_head_attention,
                   mix_heads, talking_heads_attention (CaiT)
-    vit           block, VisionTransformer (a callable model built from a state_dict of arrays)
-    layerscale    layer_scale, scalar_gate, residual_block, layerscale_block (CaiT)
+    vit           block, VisionTransformer (a callable model built from a state_dict of arrays:
+                  ViT, DeiT, DeiT III, its blocks of the config's residual form)
+    layerscale    layer_scale, scalar_gate, residual_block (the ViT family's block, in every
+                  residual form), layerscale_block (CaiT)
     class_attention  class_attention, class_attention_block (CaiT)
     cait          Cait (a callable model built from a state_dict of arrays)
     factorized_attention    key_softmax, factorized_attention, conv_attention (CoaT)
@@ -28,6 +30,7 @@ each model a ``forward_with_cache`` and a ``backward``:
 
     backprop      Cache, check_backward (the pattern), trainable_params, model_gradients
     layers        + cross_entropy, drop_path_mask, drop_path
+    layerscale    + residual_forward, residual_backward: one residual branch, x + m·s(f(LN(x)))
     training      AdamW, lr_at, decays, loss_and_grads, train_step
 """
 from . import attention, layers, patch_embed, vit  # noqa: F401

@@ -209,7 +209,9 @@ def softmax(x: np.ndarray, axis: int = -1, out: np.ndarray | None = None) -> np.
     but keeps exp() from overflowing: exp(1000) is inf, exp(1000 - 1000) is 1.
     Entries equal to -inf (masked out) get weight 0; a row that is -inf everywhere (nothing
     may be attended to) gets weight 0 everywhere, not 0/0 = nan.  ``out=x`` works in place;
-    an empty axis gives an empty result, as in PyTorch.
+    an empty axis gives an empty result, as in PyTorch.  A +inf entry (a score that overflowed
+    its dtype: float32 ends at 3.4e38) would make its row NaN (inf - inf), as it does in
+    PyTorch; it is a ``ValueError`` instead.
     """
     x = np.asarray(x)
     if x.dtype.kind == "c":
@@ -230,6 +232,11 @@ def _softmax(x, axis=-1, out=None):
     if x.size == 0:  # an empty axis (or batch): nothing to normalise, an empty result
         return np.empty_like(x) if out is None else out
     peak = np.max(x, axis=axis, keepdims=True)
+    if np.isposinf(peak).any():  # the guard stays in the formula: it is about values
+        raise ValueError(
+            f"softmax input holds +inf in {int(np.isposinf(peak).sum())} of its rows (a "
+            f"{x.dtype} score that overflowed?): their weights would be NaN (inf - inf); keep "
+            f"the scores finite, and mask with -inf")
     peak[np.isneginf(peak)] = 0.0  # an all -inf row: exp(-inf - 0) = 0 everywhere
     out = np.subtract(x, peak, out=out)  # every entry <= 0
     np.exp(out, out=out)
@@ -389,6 +396,7 @@ def drop_path_mask(batch: int, drop_prob: float, rng: np.random.Generator | None
     ``drop_prob``) or 1/(1 - drop_prob) (kept, scaled so the expected value is unchanged).
     -> (batch,) in ``dtype``; None (no stochastic depth) when ``rng`` is None (evaluation) or
     ``drop_prob`` is 0."""
+    batch = validation.check_int(batch, "batch", minimum=0)  # the number of samples
     if not 0.0 <= drop_prob < 1.0:
         raise ValueError(f"drop_prob must be in [0, 1), got {drop_prob!r}")
     if rng is None or drop_prob == 0.0:

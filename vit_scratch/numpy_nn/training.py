@@ -158,6 +158,14 @@ class AdamW:
         self.exp_avg_sq = {k: np.array(v, dtype=self.dtype) for k, v in state["exp_avg_sq"].items()}
 
 
+def _check_heads(logits, logits_dist) -> None:
+    """The two heads of one model: the same images, the same classes."""
+    if np.shape(logits_dist) != np.shape(logits):
+        raise ValueError(f"logits_dist must have the shape of logits {np.shape(logits)} (the "
+                         f"distillation head classifies the same images into the same classes), "
+                         f"got shape {np.shape(logits_dist)}")
+
+
 def hard_distillation(logits: np.ndarray, logits_dist: np.ndarray, labels: np.ndarray,
                       teacher_labels: np.ndarray, label_smoothing: float = 0.0) -> np.ndarray:
     """DeiT's hard distillation (Touvron et al. 2021, §4), the trainer's objective with a
@@ -168,6 +176,7 @@ def hard_distillation(logits: np.ndarray, logits_dist: np.ndarray, labels: np.nd
 
     logits, logits_dist: (B, num_classes); labels, teacher_labels: (B,) ints.  -> a 0-d array,
     the mean over the batch."""
+    _check_heads(logits, logits_dist)
     return (0.5 * cross_entropy(logits, labels, label_smoothing)
             + 0.5 * cross_entropy(logits_dist, teacher_labels))
 
@@ -175,6 +184,7 @@ def hard_distillation(logits: np.ndarray, logits_dist: np.ndarray, labels: np.nd
 def hard_distillation_forward(logits, logits_dist, labels, teacher_labels,
                               label_smoothing: float = 0.0):
     """:func:`hard_distillation` -> (loss, cache)."""
+    _check_heads(logits, logits_dist)
     ce, c_ce = cross_entropy_forward(logits, labels, label_smoothing)
     ce_dist, c_dist = cross_entropy_forward(logits_dist, teacher_labels)
     loss = 0.5 * ce + 0.5 * ce_dist

@@ -4,11 +4,18 @@
     for each block:  x = x + attn(norm1(x));  x = x + mlp(norm2(x))
     logits = head(norm(x)[:, 0])                               # (B, num_classes)
 
-DeiT's distilled models (``VisionTransformerDistilled``) put a distillation token after the
-class token and average two heads: ``(head(x[:, 0]) + head_dist(x[:, 1])) / 2``.
+The config chooses the blocks' residual form (``cfg.residual``: with ``init_values``,
+LayerScale's ``x + diag(λ)·attn(norm1(x))``; the block is ``layerscale.residual_block``) and
+where the position embedding goes (``no_embed_class``: on the patches, before the class token
+joins -- DeiT III).  DeiT's distilled models (``VisionTransformerDistilled``) put a
+distillation token after the class token and average two heads:
+``(head(x[:, 0]) + head_dist(x[:, 1])) / 2``.
 
-:func:`block` is followed by its ``_forward`` and ``_backward`` (CS231n's pairing); the model
-checks its images once (``prepare_images``) and runs the unchecked cores.
+:func:`block` is ViT's pre-norm block; the model checks its images once (``prepare_images``)
+and runs the unchecked cores, and learns through the block's ``_forward``/``_backward`` pair
+(CS231n's pairing) of the config's residual form, ``layerscale.residual_block_forward`` and
+``residual_block_backward`` (:func:`block_forward` and :func:`block_backward`: the pre-norm
+form's).
 """
 from __future__ import annotations
 
@@ -16,80 +23,47 @@ import numpy as np
 
 from .. import interface, validation
 from ..specs.vit import ViTConfig, vit_param_shapes
-from .attention import (_multi_head_attention, multi_head_attention_backward,
-                        multi_head_attention_forward)
 from .backprop import Cache, check_backward, check_trainable, model_gradients
 from .base import ModelBase
-from .layers import (_layer_norm, _linear, drop_path_backward, drop_path_forward, drop_path_mask,
-                     layer_norm_backward, layer_norm_forward, linear_backward, linear_forward,
-                     _mlp, mlp_backward, mlp_forward, mlp_grads, mlp_params, sub_params)
+from .layers import (_layer_norm, _linear, drop_path_mask, layer_norm_backward,
+                     layer_norm_forward, linear_backward, linear_forward, sub_params)
+from .layerscale import (_residual_block, residual_block, residual_block_backward,
+                         residual_block_forward)
 from .patch_embed import (_add_class_token, _patch_embed, add_class_token_backward,
                           add_class_token_forward, add_pos_embed_backward, add_pos_embed_forward,
                           patch_embed_backward, patch_embed_forward)
 
 
 def block(x: np.ndarray, p: dict, num_heads: int, return_attention: bool = False):
-    """One pre-norm transformer block.
+    """One pre-norm transformer block, ViT's and DeiT's:
+
+        x = x + attn(norm1(x))
+        x = x + mlp(norm2(x))
 
     x: (B, N, C); p: the block's parameters with keys relative to the block
-    (``norm1.weight``, ``attn.qkv.weight``, ``mlp.fc1.weight``, ...)  ->  (B, N, C)
+    (``norm1.weight``, ``attn.qkv.weight``, ``mlp.fc1.weight``, ...)  ->  (B, N, C), and the
+    attention weights (B, h, N, N) if ``return_attention``.  ``layerscale.residual_block``
+    with ``residual="prenorm"``; the other forms (DeiT III's LayerScale) are there.
     """
-    x = np.asarray(x)
-    validation.check_tokens(x.shape, np.shape(p["norm1.weight"])[0], "x")
-    validation.head_dim(x.shape[-1], num_heads)
-    x, attn = _block(x, p, num_heads)
-    return (x, attn) if return_attention else x
-
-
-def _block(x, p: dict, num_heads: int):
-    """:func:`block`'s formula, unchecked: -> (out, the attention weights)."""
-    h, attn = _multi_head_attention(
-        _layer_norm(x, p["norm1.weight"], p["norm1.bias"]),
-        p["attn.qkv.weight"], p.get("attn.qkv.bias"), p["attn.proj.weight"], p["attn.proj.bias"],
-        num_heads)
-    x = x + h
-    return x + _mlp(_layer_norm(x, p["norm2.weight"], p["norm2.bias"]), *mlp_params(p)), attn
+    return residual_block(x, p, num_heads, "prenorm", return_attention)
 
 
 def block_forward(x: np.ndarray, p: dict, num_heads: int, drop_path_masks=None):
-    """:func:`block` -> (out, cache).  ``drop_path_masks``: None (no stochastic depth), or the
-    (B,) factors of ``layers.drop_path_mask`` for the attention and the MLP branch."""
-    m1, m2 = drop_path_masks or (None, None)
-    h, c_n1 = layer_norm_forward(x, p["norm1.weight"], p["norm1.bias"])
-    h, c_att = multi_head_attention_forward(h, p["attn.qkv.weight"], p.get("attn.qkv.bias"),
-                                            p["attn.proj.weight"], p["attn.proj.bias"], num_heads)
-    h, c_dp1 = drop_path_forward(h, m1)
-    x = x + h
-    h, c_n2 = layer_norm_forward(x, p["norm2.weight"], p["norm2.bias"])
-    h, c_mlp = mlp_forward(h, *mlp_params(p))
-    h, c_dp2 = drop_path_forward(h, m2)
-    out = x + h
-    return out, Cache("block", out, norm1=c_n1, attn=c_att, drop_path1=c_dp1, norm2=c_n2,
-                      mlp=c_mlp, drop_path2=c_dp2, has_qkv_bias="attn.qkv.bias" in p)
+    """:func:`block` -> (out, cache): ``layerscale.residual_block_forward`` with
+    ``residual="prenorm"``.  ``drop_path_masks``: None (no stochastic depth), or the (B,)
+    factors of ``layers.drop_path_mask`` for the attention and the MLP branch."""
+    return residual_block_forward(x, p, num_heads, "prenorm", drop_path_masks)
 
 
-def block_backward(dout: np.ndarray, cache: Cache):
+def block_backward(dout: np.ndarray, cache):
     """x₁ = x + attn(norm1(x)), y = x₁ + mlp(norm2(x₁)): a residual passes its gradient through
     unchanged and adds the branch's, so
 
         ∂L/∂x₁ = dy + norm2ᵀ(mlpᵀ(dy)),   ∂L/∂x = ∂L/∂x₁ + norm1ᵀ(attnᵀ(∂L/∂x₁))
 
-    (fᵀ(g): the backward of f applied to g).  -> (dx, {key: gradient}) with p's keys."""
-    dout = check_backward("block", dout, cache)
-    dh = drop_path_backward(dout, cache.drop_path2)
-    dh, *d_mlp = mlp_backward(dh, cache.mlp)
-    dx1, dn2_w, dn2_b = layer_norm_backward(dh, cache.norm2)
-    dx1 += dout
-    dh = drop_path_backward(dx1, cache.drop_path1)
-    dh, dqkv_w, dqkv_b, dproj_w, dproj_b = multi_head_attention_backward(dh, cache.attn)
-    dx, dn1_w, dn1_b = layer_norm_backward(dh, cache.norm1)
-    dx += dx1
-    grads = {"norm1.weight": dn1_w, "norm1.bias": dn1_b, "attn.qkv.weight": dqkv_w,
-             "attn.proj.weight": dproj_w, "attn.proj.bias": dproj_b,
-             "norm2.weight": dn2_w, "norm2.bias": dn2_b, **mlp_grads(d_mlp)}
-    if cache.has_qkv_bias:
-        grads["attn.qkv.bias"] = dqkv_b
-    return dx, grads
+    (fᵀ(g): the backward of f applied to g; ``layerscale.residual_block_backward``).
+    -> (dx, {key: gradient}) with p's keys."""
+    return residual_block_backward(dout, cache)
 
 
 class VisionTransformer(ModelBase):
@@ -112,23 +86,38 @@ class VisionTransformer(ModelBase):
         self.num_features = self.embed_dim = cfg.embed_dim
         self.blocks = [sub_params(self.params, f"blocks.{i}.") for i in range(cfg.depth)]
 
+    @property
+    def drop_path_rates(self) -> list[float]:
+        """Each block's stochastic-depth rate, rising linearly from 0 at the first block to
+        ``drop_path_rate`` at the last, in float32 steps: what
+        ``torch.linspace(0, rate, depth).tolist()`` gives the PyTorch blocks."""
+        return np.linspace(0, self.cfg.drop_path_rate, self.cfg.depth, dtype=np.float32).tolist()
+
     @classmethod
     def class_for(cls, cfg: ViTConfig) -> type:
         """The class that builds ``cfg``: ``VisionTransformerDistilled`` for ``distilled=True``."""
         return VisionTransformerDistilled if cfg.distilled else VisionTransformer
 
     def embed(self, images: np.ndarray) -> np.ndarray:
-        """images (B, C, H, W) -> tokens (B, 1 + N, C) with class token and positions."""
+        """images (B, C, H, W) -> tokens (B, prefix + N, C): the prefix tokens in front, the
+        positions added -- to every token, or with ``no_embed_class`` to the patches before the
+        prefix tokens join."""
         p = self.params
         x = _patch_embed(self.prepare_images(images),
                          p["patch_embed.proj.weight"], p["patch_embed.proj.bias"])  # (B, N, C)
-        return _add_class_token(x, p["cls_token"]) + p["pos_embed"]  # (B, 1 + N, C)
+        if self.cfg.no_embed_class:
+            return self.prefix(x + p["pos_embed"])  # (B, prefix + N, C)
+        return self.prefix(x) + p["pos_embed"]
+
+    def prefix(self, x: np.ndarray) -> np.ndarray:
+        """Patch tokens (B, N, C) -> [cls; x] (B, 1 + N, C)."""
+        return _add_class_token(x, self.params["cls_token"])
 
     def _blocks(self, images: np.ndarray, keep_maps: bool = False):
         """Run the blocks: -> (tokens before the final norm, per-block outputs, attention maps)."""
         x, outputs, maps = self.embed(images), [], []
         for p in self.blocks:
-            x, attn = _block(x, p, self.cfg.num_heads)
+            x, attn = _residual_block(x, p, self.cfg.num_heads, self.cfg.residual)
             outputs.append(x)
             if keep_maps:
                 maps.append(attn)
@@ -166,14 +155,16 @@ class VisionTransformer(ModelBase):
         images = self.prepare_images(images)
         x, c_patch = patch_embed_forward(images, p["patch_embed.proj.weight"],
                                          p["patch_embed.proj.bias"])  # (B, N, C)
-        x, c_prefix = self.prefix_forward(x)  # (B, prefix + N, C)
-        x, c_pos = add_pos_embed_forward(x, p["pos_embed"])
-        # float32 steps, as torch.linspace(0, rate, depth).tolist() gives the PyTorch blocks
-        rates = np.linspace(0, cfg.drop_path_rate, cfg.depth, dtype=np.float32).tolist()
+        if cfg.no_embed_class:  # the positions on the patches, then the prefix tokens
+            x, c_pos = add_pos_embed_forward(x, p["pos_embed"])
+            x, c_prefix = self.prefix_forward(x)  # (B, prefix + N, C)
+        else:
+            x, c_prefix = self.prefix_forward(x)  # (B, prefix + N, C)
+            x, c_pos = add_pos_embed_forward(x, p["pos_embed"])
         blocks = []
-        for blk, rate in zip(self.blocks, rates):
+        for blk, rate in zip(self.blocks, self.drop_path_rates):
             masks = [drop_path_mask(len(x), rate, rng, self.dtype) for _ in range(2)]
-            x, c = block_forward(x, blk, cfg.num_heads, masks)
+            x, c = residual_block_forward(x, blk, cfg.num_heads, cfg.residual, masks)
             blocks.append(c)
         x, c_norm = layer_norm_forward(x, p["norm.weight"], p["norm.bias"])
         logits, c_head = self.head_forward(x)
@@ -188,10 +179,14 @@ class VisionTransformer(ModelBase):
         dx = self.head_backward(dlogits, cache.head, cache.tokens, g)  # (B, prefix + N, C)
         dx, g["norm.weight"], g["norm.bias"] = layer_norm_backward(dx, cache.norm)
         for i in reversed(range(len(cache.blocks))):
-            dx, d = block_backward(dx, cache.blocks[i])
+            dx, d = residual_block_backward(dx, cache.blocks[i])
             g.update({f"blocks.{i}.{k}": v for k, v in d.items()})
-        dx, g["pos_embed"] = add_pos_embed_backward(dx, cache.pos)
-        dx = self.prefix_backward(dx, cache.prefix, g)  # (B, N, C)
+        if self.cfg.no_embed_class:
+            dx = self.prefix_backward(dx, cache.prefix, g)  # (B, N, C)
+            dx, g["pos_embed"] = add_pos_embed_backward(dx, cache.pos)
+        else:
+            dx, g["pos_embed"] = add_pos_embed_backward(dx, cache.pos)
+            dx = self.prefix_backward(dx, cache.prefix, g)  # (B, N, C)
         dimages, g["patch_embed.proj.weight"], g["patch_embed.proj.bias"] = \
             patch_embed_backward(dx, cache.patch)
         return dimages, model_gradients(self, g)
@@ -241,13 +236,10 @@ class VisionTransformerDistilled(VisionTransformer):
         """``forward_with_cache`` returns both heads' logits (for the distillation loss)."""
         self.distilled_training = validation.check_bool(enable, "enable")
 
-    def embed(self, images: np.ndarray) -> np.ndarray:
-        """images (B, C, H, W) -> tokens (B, 2 + N, C): [cls; dist; patches] + positions."""
+    def prefix(self, x: np.ndarray) -> np.ndarray:
+        """Patch tokens (B, N, C) -> [cls; dist; x] (B, 2 + N, C)."""
         p = self.params
-        x = _patch_embed(self.prepare_images(images),
-                         p["patch_embed.proj.weight"], p["patch_embed.proj.bias"])  # (B, N, C)
-        x = _add_class_token(_add_class_token(x, p["dist_token"]), p["cls_token"])  # (B, 2 + N, C)
-        return x + p["pos_embed"]
+        return _add_class_token(_add_class_token(x, p["dist_token"]), p["cls_token"])
 
     def pool(self, features: np.ndarray) -> np.ndarray:
         """forward_features' output -> (B, 2, num_features): the class and distillation tokens."""

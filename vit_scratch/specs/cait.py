@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from .. import validation
 from .base import (DIGITS_CFG, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, ConfigMixin,
                    ModelTable, PatchGridMixin)
-from .vit import head_param_shapes, mlp_param_shapes
+# the residual forms the paper compares are those of the ViT family's blocks; re-exported here
+from .vit import RESIDUAL_FORMS, check_residual, head_param_shapes, mlp_param_shapes  # noqa: F401
 
 #: The CaiT paper's initial LayerScale value by depth: (largest depth, ε).
 LAYERSCALE_RULE = ((18, 0.1), (24, 1e-5))
@@ -44,27 +45,6 @@ def layerscale_init_value(depth: int) -> float:
         if depth <= max_depth:
             return eps
     return LAYERSCALE_DEEPER
-
-
-#: The residual forms the CaiT paper compares (its Fig. 1), as used by both rooms'
-#: ``layerscale`` modules: name -> (pre-norm?, scale: None | "scalar" | "channel").
-#:   "prenorm"         x + f(LN(x))                    ViT, DeiT
-#:   "rezero"          x + α·f(x), α = 0 at init        ReZero / SkipInit: no normalisation
-#:   "prenorm_scalar"  x + α·f(LN(x)), α = 0 at init    the scalar with the norm put back
-#:   "layerscale"      x + diag(λ)·f(LN(x)), λ = ε      CaiT
-RESIDUAL_FORMS = {
-    "prenorm": (True, None),
-    "rezero": (False, "scalar"),
-    "prenorm_scalar": (True, "scalar"),
-    "layerscale": (True, "channel"),
-}
-
-
-def check_residual(residual: str) -> tuple[bool, str | None]:
-    """``(pre-norm?, scale kind)`` of a residual form; anything else is a ``ValueError``."""
-    if residual not in RESIDUAL_FORMS:
-        raise ValueError(f"residual must be one of {tuple(RESIDUAL_FORMS)}, got {residual!r}")
-    return RESIDUAL_FORMS[residual]
 
 
 @dataclass(frozen=True)

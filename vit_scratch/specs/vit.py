@@ -6,9 +6,15 @@ Papers:
   Training data-efficient image transformers & distillation through attention (DeiT) --
   Touvron et al., ICML 2021, https://arxiv.org/abs/2012.12877 (the same architecture; its
   distilled models add a distillation token and a second head, ``distilled=True``)
+  DeiT III: Revenge of the ViT -- Touvron, Cord, Jégou, ECCV 2022,
+  https://arxiv.org/abs/2204.07118 (the same architecture with LayerScale in every block,
+  ``init_values=1e-6``, and no position embedding for the class token, ``no_embed_class=True``)
 
 Rooms: ``vit_scratch.numpy_nn.vit.VisionTransformer`` and ``vit_scratch.torch_nn.vit.VisionTransformer``
 (and their subclasses ``VisionTransformerDistilled`` for ``distilled=True``, timm's class names).
+Both build their blocks from the config: the residual form (:attr:`ViTConfig.residual`) and where
+the position embedding goes are fields, so a variant of the family -- DeiT III -- is registrations
+in this file and nothing else.
 """
 from __future__ import annotations
 
@@ -27,6 +33,29 @@ from .base import (
 )
 
 
+#: The residual forms of a block, as the CaiT paper compares them (Touvron et al., "Going deeper
+#: with Image Transformers", Fig. 1, https://arxiv.org/abs/2103.17239), used by both rooms'
+#: ``layerscale`` modules and by ViT's config (:attr:`ViTConfig.residual`):
+#: name -> (pre-norm?, scale: None | "scalar" | "channel").
+#:   "prenorm"         x + f(LN(x))                    ViT, DeiT
+#:   "rezero"          x + α·f(x), α = 0 at init        ReZero / SkipInit: no normalisation
+#:   "prenorm_scalar"  x + α·f(LN(x)), α = 0 at init    the scalar with the norm put back
+#:   "layerscale"      x + diag(λ)·f(LN(x)), λ = ε      CaiT, DeiT III
+RESIDUAL_FORMS = {
+    "prenorm": (True, None),
+    "rezero": (False, "scalar"),
+    "prenorm_scalar": (True, "scalar"),
+    "layerscale": (True, "channel"),
+}
+
+
+def check_residual(residual: str) -> tuple[bool, str | None]:
+    """``(pre-norm?, scale kind)`` of a residual form; anything else is a ``ValueError``."""
+    if residual not in RESIDUAL_FORMS:
+        raise ValueError(f"residual must be one of {tuple(RESIDUAL_FORMS)}, got {residual!r}")
+    return RESIDUAL_FORMS[residual]
+
+
 @dataclass(frozen=True)
 class ViTConfig(PatchGridMixin, ConfigMixin):
     """Every number that fixes a ViT's architecture; both rooms read it."""
@@ -43,6 +72,13 @@ class ViTConfig(PatchGridMixin, ConfigMixin):
     # DeiT's distillation token: a second learned token beside the class token, read by a
     # second head (head_dist) that learns from a teacher's predictions (training.recipe)
     distilled: bool = False
+    # LayerScale's ε: every block's two residual branches scaled per channel by a learned vector
+    # that starts at ε, x + diag(λ)·f(LN(x)) (CaiT's form; DeiT III: 1e-6).  None: the plain
+    # pre-norm residual x + f(LN(x)) of ViT and DeiT.  timm's ``init_values``.
+    init_values: float | None = None
+    # True: the class (and distillation) token get no position embedding -- pos_embed covers the
+    # patch grid only and is added before the tokens are put in front (DeiT III).  timm's name.
+    no_embed_class: bool = False
     # Regularisation for training (identity in eval; the NumPy room trains with stochastic
     # depth only).
     drop_rate: float = 0.0  # dropout on embeddings, attention output and MLP
@@ -51,14 +87,28 @@ class ViTConfig(PatchGridMixin, ConfigMixin):
 
     def validate(self):
         super().validate()  # the patch grid, heads, MLP (PatchGridMixin); in_chans, num_classes
+        if self.init_values is not None:
+            validation.check_init_values(self.init_values)
         for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
             validation.check_probability(getattr(self, name), name)
 
     @property
     def num_prefix_tokens(self) -> int:
-        """Tokens before the patch tokens, each with a position embedding: the class token, and
-        the distillation token of a distilled model."""
+        """Tokens before the patch tokens: the class token, and the distillation token of a
+        distilled model."""
         return 2 if self.distilled else 1
+
+    @property
+    def pos_embed_prefix_tokens(self) -> int:
+        """Entries of ``pos_embed`` before the patch grid: one per prefix token, or none with
+        ``no_embed_class``."""
+        return 0 if self.no_embed_class else self.num_prefix_tokens
+
+    @property
+    def residual(self) -> str:
+        """The blocks' residual form, a name of ``specs.cait.RESIDUAL_FORMS``: ``"layerscale"``
+        with ``init_values``, else ``"prenorm"``."""
+        return "prenorm" if self.init_values is None else "layerscale"
 
     def timm_kwargs(self) -> dict:
         """As every family's, without ``distilled``: timm picks DeiT's distilled class by the
@@ -73,13 +123,14 @@ def vit_param_shapes(cfg: ViTConfig) -> dict[str, tuple[int, ...]]:
     C, H, p = cfg.embed_dim, cfg.mlp_hidden, cfg.patch_size
     shapes = {
         "cls_token": (1, 1, C),
-        "pos_embed": (1, cfg.num_prefix_tokens + cfg.num_patches, C),
+        "pos_embed": (1, cfg.pos_embed_prefix_tokens + cfg.num_patches, C),
         **({"dist_token": (1, 1, C)} if cfg.distilled else {}),
         "patch_embed.proj.weight": (C, cfg.in_chans, p, p),
         "patch_embed.proj.bias": (C,),
     }
+    block = block_param_shapes(C, H, cfg.qkv_bias, cfg.residual)
     for i in range(cfg.depth):
-        shapes.update({f"blocks.{i}.{k}": v for k, v in block_param_shapes(C, H, cfg.qkv_bias).items()})
+        shapes.update({f"blocks.{i}.{k}": v for k, v in block.items()})
     shapes["norm.weight"] = (C,)
     shapes["norm.bias"] = (C,)
     shapes.update(head_param_shapes(C, cfg.num_classes))
@@ -88,18 +139,25 @@ def vit_param_shapes(cfg: ViTConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def block_param_shapes(C: int, hidden: int, qkv_bias: bool = True) -> dict[str, tuple[int, ...]]:
-    """One pre-norm block (``norm1``, ``attn.qkv``, ``attn.proj``, ``norm2``, ``mlp``)."""
+def block_param_shapes(C: int, hidden: int, qkv_bias: bool = True,
+                       residual: str = "prenorm") -> dict[str, tuple[int, ...]]:
+    """One block with a residual form of ``specs.cait.RESIDUAL_FORMS`` (timm's ViT keys):
+    ``norm1`` (not for "rezero"), ``attn.qkv``, ``attn.proj``, the attention branch's scale
+    ``ls1`` (``gamma`` (C,) for LayerScale, ``alpha`` (1,) for the scalar forms), ``norm2``,
+    ``mlp``, ``ls2``."""
+    norm, kind = check_residual(residual)
+    norm_shapes = lambda name: {f"{name}.weight": (C,), f"{name}.bias": (C,)} if norm else {}  # noqa: E731
+    scale = {"channel": {"gamma": (C,)}, "scalar": {"alpha": (1,)}, None: {}}[kind]
     return {
-        "norm1.weight": (C,),
-        "norm1.bias": (C,),
+        **norm_shapes("norm1"),
         "attn.qkv.weight": (3 * C, C),
         **({"attn.qkv.bias": (3 * C,)} if qkv_bias else {}),
         "attn.proj.weight": (C, C),
         "attn.proj.bias": (C,),
-        "norm2.weight": (C,),
-        "norm2.bias": (C,),
+        **{f"ls1.{k}": v for k, v in scale.items()},
+        **norm_shapes("norm2"),
         **mlp_param_shapes(C, hidden),
+        **{f"ls2.{k}": v for k, v in scale.items()},
     }
 
 
@@ -187,6 +245,68 @@ def deit_base_distilled_patch16_384() -> ViTConfig:
     """DeiT-B⚗ at 384² (fine-tuned at that resolution): a 24×24 patch grid (87.6 M parameters)."""
     return ViTConfig(img_size=384, patch_size=16, embed_dim=768, depth=12, num_heads=12,
                      distilled=True)
+
+
+# DeiT III: ViT's architecture with LayerScale in every block (ε = 1e-6) and no position
+# embedding for the class token, trained with its own recipe; ImageNet normalisation.  timm's
+# names; the tag is that of timm's default weights (ImageNet-1k: ``fb_in1k``; timm's other tag,
+# ``fb_in22k_ft_in1k``, names other weights of the same architecture).
+_DEIT3 = dict(init_values=1e-6, no_embed_class=True)
+_AT_384 = dict(input_size=(3, 384, 384), crop_pct=1.0)
+
+
+@MODELS.register(pretrained_cfg=dict(_DEIT, hf_hub_id="timm/deit3_small_patch16_224.fb_in1k"))
+def deit3_small_patch16_224() -> ViTConfig:
+    """DeiT III-S at 224²: 384 channels, 12 blocks, 6 heads, LayerScale (22.1 M parameters)."""
+    return ViTConfig(patch_size=16, embed_dim=384, depth=12, num_heads=6, **_DEIT3)
+
+
+@MODELS.register(pretrained_cfg=dict(_DEIT, **_AT_384,
+                                     hf_hub_id="timm/deit3_small_patch16_384.fb_in1k"))
+def deit3_small_patch16_384() -> ViTConfig:
+    """DeiT III-S at 384²: a 24×24 patch grid (22.2 M parameters)."""
+    return ViTConfig(img_size=384, patch_size=16, embed_dim=384, depth=12, num_heads=6, **_DEIT3)
+
+
+@MODELS.register(pretrained_cfg=dict(_DEIT, hf_hub_id="timm/deit3_medium_patch16_224.fb_in1k"))
+def deit3_medium_patch16_224() -> ViTConfig:
+    """DeiT III-M at 224²: 512 channels, 12 blocks, 8 heads (38.8 M parameters)."""
+    return ViTConfig(patch_size=16, embed_dim=512, depth=12, num_heads=8, **_DEIT3)
+
+
+@MODELS.register(pretrained_cfg=dict(_DEIT, hf_hub_id="timm/deit3_base_patch16_224.fb_in1k"))
+def deit3_base_patch16_224() -> ViTConfig:
+    """DeiT III-B at 224²: 768 channels, 12 blocks, 12 heads (86.6 M parameters)."""
+    return ViTConfig(patch_size=16, embed_dim=768, depth=12, num_heads=12, **_DEIT3)
+
+
+@MODELS.register(pretrained_cfg=dict(_DEIT, **_AT_384,
+                                     hf_hub_id="timm/deit3_base_patch16_384.fb_in1k"))
+def deit3_base_patch16_384() -> ViTConfig:
+    """DeiT III-B at 384²: a 24×24 patch grid (86.9 M parameters)."""
+    return ViTConfig(img_size=384, patch_size=16, embed_dim=768, depth=12, num_heads=12,
+                     **_DEIT3)
+
+
+@MODELS.register(pretrained_cfg=dict(_DEIT, hf_hub_id="timm/deit3_large_patch16_224.fb_in1k"))
+def deit3_large_patch16_224() -> ViTConfig:
+    """DeiT III-L at 224²: 1024 channels, 24 blocks, 16 heads (304.4 M parameters)."""
+    return ViTConfig(patch_size=16, embed_dim=1024, depth=24, num_heads=16, **_DEIT3)
+
+
+@MODELS.register(pretrained_cfg=dict(_DEIT, **_AT_384,
+                                     hf_hub_id="timm/deit3_large_patch16_384.fb_in1k"))
+def deit3_large_patch16_384() -> ViTConfig:
+    """DeiT III-L at 384²: a 24×24 patch grid (304.8 M parameters)."""
+    return ViTConfig(img_size=384, patch_size=16, embed_dim=1024, depth=24, num_heads=16,
+                     **_DEIT3)
+
+
+@MODELS.register(pretrained_cfg=dict(_DEIT, hf_hub_id="timm/deit3_huge_patch14_224.fb_in1k"))
+def deit3_huge_patch14_224() -> ViTConfig:
+    """DeiT III-H at 224²: 14×14 patches, 1280 channels, 32 blocks, 16 heads (632.1 M
+    parameters)."""
+    return ViTConfig(patch_size=14, embed_dim=1280, depth=32, num_heads=16, **_DEIT3)
 
 
 # Small configurations for the offline data (scikit-learn's 8×8 digits; ``base.DIGITS_CFG``).

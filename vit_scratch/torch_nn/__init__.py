@@ -7,8 +7,9 @@ Module and parameter names are timm's, so a timm (or official DeiT) ``state_dict
     patch_embed   PatchEmbed, resize_pos_embed, adapt_input_conv
     attention     attention_weights, scaled_dot_product_attention, Attention,
                   mix_heads, TalkingHeadAttention (CaiT)
-    vit           Block, VisionTransformer
-    layerscale    LayerScale, ScalarGate, ResidualBlock, LayerScaleBlock (CaiT)
+    vit           Block, VisionTransformer (ViT, DeiT, DeiT III: blocks of the config's form)
+    layerscale    LayerScale, ScalarGate, Block (= ResidualBlock: the ViT family's block, in
+                  every residual form), LayerScaleBlock (CaiT)
     class_attention  ClassAttention, LayerScaleBlockClassAttn (CaiT)
     cait          Cait
     factorized_attention    key_softmax, factorized_attention, FactorAttnConvRelPosEnc (CoaT)

@@ -127,10 +127,16 @@ def trunc_normal_(tensor: torch.Tensor, std: float = 0.02, bound: float = 2.0) -
     if tensor.is_meta:
         return tensor
     tensor.normal_(0.0, std)
-    outside = tensor.abs() > bound * std
-    while outside.any():
-        tensor[outside] = tensor.new_empty(int(outside.sum())).normal_(0.0, std)
-        outside = tensor.abs() > bound * std
+    flat = tensor.view(-1) if tensor.is_contiguous() else tensor.flatten()  # a copy if strided
+    # the entries outside, in order, redrawn until none is: the draws of a mask over the whole
+    # tensor at every round, at the cost of the entries still outside
+    redraw = torch.nonzero(flat.abs() > bound * std).squeeze(1)
+    while redraw.numel():
+        values = flat.new_empty(redraw.numel()).normal_(0.0, std)
+        flat[redraw] = values
+        redraw = redraw[values.abs() > bound * std]
+    if flat.data_ptr() != tensor.data_ptr():
+        tensor.copy_(flat.view_as(tensor))
     return tensor
 
 

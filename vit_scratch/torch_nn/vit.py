@@ -4,6 +4,13 @@
     for each block:  x = x + attn(norm1(x));  x = x + mlp(norm2(x))
     logits = head(norm(x)[:, 0])                               # (B, num_classes)
 
+The config opens the family to its variants.  With ``init_values`` every block is LayerScale's
+form, ``x = x + diag(λ)·attn(norm1(x))`` (the blocks are ``layerscale.Block``, also named
+``ResidualBlock``); with ``no_embed_class`` the position embedding covers the patch grid
+only and is added before the class token is put in front.  DeiT III is both:
+
+    tokens = [cls; patch_embed(images) + pos_embed]            # (B, 1 + N, C)
+
 DeiT's distilled models (``VisionTransformerDistilled``, ``distilled=True``) add a second
 learned token and a second head:
 
@@ -11,7 +18,8 @@ learned token and a second head:
     x = norm(blocks(tokens))
     logits = (head(x[:, 0]) + head_dist(x[:, 1])) / 2          # inference: the two heads' average
 
-Parameter names follow timm (``blocks.3.attn.qkv.weight``), so timm's state_dict loads strictly.
+Parameter names follow timm (``blocks.3.attn.qkv.weight``, ``blocks.3.ls1.gamma``), so timm's
+state_dict loads strictly.
 """
 from __future__ import annotations
 
@@ -20,34 +28,10 @@ from torch import nn
 
 from .. import validation
 from ..specs.vit import ViTConfig
-from .attention import Attention
 from .base import ModelBase
-from .layers import (LAYER_NORM_EPS, DropPath, Mlp, init_weights_, layers_from_config, mlp_hidden,
-                     trunc_normal_)
+from .layers import LAYER_NORM_EPS, init_weights_, layers_from_config, trunc_normal_
+from .layerscale import Block, LayerScale, ScalarGate
 from .patch_embed import PatchEmbed
-
-
-class Block(nn.Module):
-    """Pre-norm transformer block.   (B, N, C) -> (B, N, C)"""
-
-    def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0, qkv_bias: bool = True,
-                 drop: float = 0.0, attn_drop: float = 0.0, drop_path: float = 0.0):
-        super().__init__()
-        self.norm1 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
-        self.attn = Attention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
-                              proj_drop=drop)
-        self.drop_path1 = DropPath(drop_path)
-        self.norm2 = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
-        self.mlp = Mlp(dim, mlp_hidden(dim, mlp_ratio), drop=drop)
-        self.drop_path2 = DropPath(drop_path)
-
-    def forward(self, x: torch.Tensor, return_attention: bool = False):
-        if not torch.jit.is_scripting() and return_attention:  # eager only: (x, weights)
-            h, attn = self.attn(self.norm1(x), return_attention=True)
-            x = x + self.drop_path1(h)
-            return x + self.drop_path2(self.mlp(self.norm2(x))), attn
-        x = x + self.drop_path1(self.attn(self.norm1(x)))
-        return x + self.drop_path2(self.mlp(self.norm2(x)))
 
 
 class VisionTransformer(ModelBase):
@@ -71,18 +55,21 @@ class VisionTransformer(ModelBase):
                              f"{self.class_for(cfg).__name__}, not {type(self).__name__} "
                              f"(vit_scratch.create_model picks the class)")
         super().__init__(cfg)
+        self.pos_embed_prefix_tokens = cfg.pos_embed_prefix_tokens  # 0 with no_embed_class
+        self.no_embed_class = cfg.no_embed_class
         with layers_from_config():  # validated: the layers skip a hand-built layer's checks
             C = cfg.embed_dim
             self.num_features = self.embed_dim = C
             self.patch_embed = PatchEmbed(cfg.img_size, cfg.patch_size, cfg.in_chans, C)
             self.cls_token = nn.Parameter(torch.zeros(1, 1, C))
             self.pos_embed = nn.Parameter(  # an entry for each prefix token, then the grid
-                torch.zeros(1, cfg.num_prefix_tokens + self.patch_embed.num_patches, C))
+                torch.zeros(1, cfg.pos_embed_prefix_tokens + self.patch_embed.num_patches, C))
             self.pos_drop = nn.Dropout(cfg.drop_rate)
             # deeper, more (on the CPU: a model built on the meta device needs the numbers)
             drop_path = torch.linspace(0, cfg.drop_path_rate, cfg.depth, device="cpu").tolist()
             self.blocks = nn.Sequential(*[
-                Block(C, cfg.num_heads, cfg.mlp_ratio, cfg.qkv_bias, drop=cfg.drop_rate,
+                Block(C, cfg.num_heads, cfg.residual, cfg.mlp_ratio, cfg.qkv_bias,
+                      init_values=cfg.init_values, drop=cfg.drop_rate,
                       attn_drop=cfg.attn_drop_rate, drop_path=drop_path[i])
                 for i in range(cfg.depth)
             ])
@@ -98,7 +85,7 @@ class VisionTransformer(ModelBase):
     def reset_parameters(self):
         """Initialisation for training from scratch: std 0.02 for Linear weights and the position
         embedding, truncated at ±2 std (so their spread is 0.88 × 0.02); zero biases; LayerNorm =
-        identity; a class token near zero.
+        identity; a class token near zero; LayerScale vectors at ``init_values``.
 
         The references differ in the truncation: timm (and so DeiT) calls ``trunc_normal_(std=.02)``
         with absolute bounds ±2, which never cut at this std; the original JAX ViT draws the
@@ -107,13 +94,25 @@ class VisionTransformer(ModelBase):
         trunc_normal_(self.pos_embed, std=0.02)
         nn.init.normal_(self.cls_token, std=1e-6)
         init_weights_(self)
+        for m in self.modules():
+            if isinstance(m, (LayerScale, ScalarGate)):
+                m.reset_parameters()
+
+    def prefix_tokens(self, batch: int) -> torch.Tensor:
+        """The tokens put in front of the patches: (B, 1, C), the class token."""
+        return self.cls_token.expand(batch, -1, -1)
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
-        """(B, C, H, W) -> (B, 1 + N, C): patches, class token in front, positions added."""
+        """(B, C, H, W) -> (B, prefix + N, C): patches, the prefix tokens in front, positions
+        added -- to every token, or with ``no_embed_class`` to the patches before the prefix
+        tokens join."""
         images = self.prepare_images(images)  # checked once
         x = self.patch_embed.embed(images)  # (B, N, C)
-        cls = self.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, C)
-        return self.pos_drop(torch.cat([cls, x], dim=1) + self.position_embedding(images))
+        prefix = self.prefix_tokens(x.shape[0])  # (B, prefix, C)
+        pos = self.position_embedding(images)  # (1, [prefix +] N, C)
+        if self.no_embed_class:
+            return self.pos_drop(torch.cat([prefix, x + pos], dim=1))
+        return self.pos_drop(torch.cat([prefix, x], dim=1) + pos)
 
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
         return self.norm(self.run_blocks(self.embed(images)))  # (B, 1 + N, C)
@@ -164,14 +163,11 @@ class VisionTransformerDistilled(VisionTransformer):
         (for the distillation loss); off, or in eval mode, their average."""
         self.distilled_training = validation.check_bool(enable, "enable")
 
-    def embed(self, images: torch.Tensor) -> torch.Tensor:
-        """(B, C, H, W) -> (B, 2 + N, C): patches, class and distillation tokens in front,
-        positions added."""
-        images = self.prepare_images(images)  # checked once
-        x = self.patch_embed.embed(images)  # (B, N, C)
-        B = x.shape[0]
-        cls, dist = self.cls_token.expand(B, -1, -1), self.dist_token.expand(B, -1, -1)
-        return self.pos_drop(torch.cat([cls, dist, x], dim=1) + self.position_embedding(images))
+    def prefix_tokens(self, batch: int) -> torch.Tensor:
+        """The tokens put in front of the patches: (B, 2, C), the class and distillation
+        tokens."""
+        return torch.cat([self.cls_token.expand(batch, -1, -1),
+                          self.dist_token.expand(batch, -1, -1)], dim=1)
 
     def get_classifier(self) -> tuple[nn.Module, nn.Module]:
         return self.head, self.head_dist
