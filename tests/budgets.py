@@ -32,10 +32,25 @@ SLACK = 5.0
 DEFAULT_SECONDS = 20.0
 
 
-def cpu_now() -> float:
-    """CPU seconds (user + system) of this process and of its children waited for so far."""
+def cpu_now(item=None) -> float:
+    """CPU seconds (user + system) of this process and of its children waited for so far, and,
+    for a notebook's cell, of the notebook's running kernel (and its children waited for)."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
+    return (time.process_time() + children.ru_utime + children.ru_stime
+            + kernel_cpu(getattr(getattr(item, "parent", None), "kernel", None)))
+
+
+def kernel_cpu(kernel) -> float:
+    """A running nbval kernel's CPU seconds from ``/proc`` (its own and its waited children's);
+    0 without one.  Read while it runs: the kernel is never a waited child of this process."""
+    try:
+        pid = kernel.km.provisioner.process.pid
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (AttributeError, OSError, IndexError):
+        return 0.0
+    import os
+
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def file_of(nodeid: str) -> str:

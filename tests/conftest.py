@@ -70,7 +70,7 @@ def rng():
 def pytest_runtest_setup(item):
     import budgets
 
-    item.cpu_mark = budgets.cpu_now()
+    item.cpu_mark = budgets.cpu_now(item)
     yield
 
 
@@ -81,9 +81,10 @@ def pytest_runtest_makereport(item, call):
     import budgets
 
     outcome = yield
-    now = budgets.cpu_now()
-    outcome.get_result().user_properties.append(("cpu_seconds", now - getattr(item, "cpu_mark",
-                                                                               now)))
+    now = budgets.cpu_now(item)
+    report = outcome.get_result()  # its user_properties may be the item's own list: not added to
+    report.user_properties = [*report.user_properties,
+                              ("cpu_seconds", now - getattr(item, "cpu_mark", now))]
     item.cpu_mark = now
 
 

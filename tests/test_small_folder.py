@@ -338,7 +338,7 @@ def against(interval: dict, other: str) -> str:
     iv = stats.Interval.from_dict(interval).scaled(100)
     if iv.sign() == 0:
         return f"not told apart from {other} ({iv.format()})"
-    return f"{'ahead of' if iv.sign() > 0 else 'behind'} {other} by {iv.format()}"
+    return f"{'ahead of' if iv.sign() > 0 else 'behind'} {other}: {iv.format()}"
 
 
 def small_folder_sentences(results: dict) -> list[str]:
