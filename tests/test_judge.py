@@ -521,8 +521,19 @@ def test_outputs_are_gone_once_read_and_a_copy_once_its_report_is_done(tmp_path,
     seen = []
 
     def on_disk():
-        files = [p for p in grader.workdir.rglob("*") if p.is_file() and "views" not in p.relative_to(grader.workdir).parts]
-        return sorted(p.relative_to(grader.workdir).as_posix() for p in files), sum(p.stat().st_size for p in files)
+        import os
+
+        found = []  # (path, size); a copy may be deleted while it is walked (two workers)
+        for top, _, names in os.walk(grader.workdir):
+            for name in names:
+                path = Path(top) / name
+                if "views" in path.relative_to(grader.workdir).parts:
+                    continue
+                try:
+                    found.append((path.relative_to(grader.workdir).as_posix(), path.stat().st_size))
+                except FileNotFoundError:
+                    pass
+        return sorted(p for p, _ in found), sum(size for _, size in found)
 
     def before_each():
         seen.append(on_disk())
