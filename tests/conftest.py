@@ -23,14 +23,16 @@ import pytest  # noqa: E402
 SAME_PROCESS = {"tests/test_exercises.py": "grader", "tests/test_grader_security.py": "grader"}
 
 
-#: The longest files and notebooks (``pytest --durations=0``, summed per file), handed out
-#: first, longest first, so that the two processes finish together: a long file handed out
-#: last runs alone at the end.  The rest follow in xdist's order (the most tests first).
-LONGEST_FIRST = ("tests/test_readme.py", "notebooks/09_capstone.ipynb",
-                 "tests/test_timm_suite.py", "grader", "tests/test_site.py",
-                 "tests/test_interface.py", "notebooks/07_conv_position_encoding.ipynb",
-                 "tests/test_distillation.py", "notebooks/11_distillation.ipynb",
-                 "notebooks/04_layerscale.ipynb", "notebooks/08_coscale.ipynb")
+#: The longest files and notebooks (their CPU seconds in tests/budgets.json, the grader's two
+#: files together), handed out first, longest first, so that the two processes finish together:
+#: a long file handed out last runs alone at the end.  The rest follow in xdist's order (the most
+#: tests first).
+LONGEST_FIRST = ("notebooks/09_capstone.ipynb", "tests/test_readme.py", "tests/test_timm_suite.py",
+                 "tests/test_canaries.py", "grader", "tests/test_families.py",
+                 "tests/test_export.py", "tests/test_interface.py", "tests/test_site.py",
+                 "tests/test_judge.py", "tests/test_timm_parity.py", "tests/test_distillation.py",
+                 "notebooks/11_distillation.ipynb", "notebooks/08_coscale.ipynb",
+                 "tests/test_distributed.py", "tests/test_properties.py")
 
 
 @pytest.hookimpl(optionalhook=True)
