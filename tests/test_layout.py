@@ -239,7 +239,12 @@ def test_no_issue_numbers_or_history_words_in_the_tree():
 def test_the_scopes_handed_out_first_exist():
     """tests/conftest.py hands the longest files out first; a renamed file would silently fall
     back to xdist's order, so every name there is a file or a shared process's name."""
-    from conftest import LONGEST_FIRST, SAME_PROCESS
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tests_conftest", ROOT / "tests" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)  # tests/conftest.py, not the root one
+    spec.loader.exec_module(conftest)
+    LONGEST_FIRST, SAME_PROCESS = conftest.LONGEST_FIRST, conftest.SAME_PROCESS
 
     for scope in LONGEST_FIRST:
         assert scope in SAME_PROCESS.values() or (ROOT / scope).is_file(), scope

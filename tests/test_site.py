@@ -559,13 +559,26 @@ PHONE_PAGES = [("index.html", "#what-each-notebook-covers"),
                ("notebooks/04_layerscale.html", ".jp-CodeCell"),
                ("exercises/ex03_vision_transformer.html", "h2")]
 LAYOUT = """
-new Promise(function (resolve) {  // once Material's script has given the code blocks their buttons
-  var start = Date.now();
+new Promise(function (resolve) {  // once the page and its style sheets have loaded, and
+  var start = Date.now();         // Material's script has given the code blocks their buttons
   (function wait() {
-    if (document.querySelector("pre > code") && !document.querySelector("pre > .md-code__nav")
-        && Date.now() - start < 10000) { setTimeout(wait, 100); return; }
+    if ((document.readyState !== "complete" || document.querySelector("pre > code")
+         && !document.querySelector("pre > .md-code__nav")) && Date.now() - start < 10000) {
+      setTimeout(wait, 100); return;
+    }
     resolve();
   })();
+}).then(function () {  // and the tables' layout has settled (MathJax typesets after the load)
+  return new Promise(function (resolve) {
+    var start = Date.now();
+    (function settle() {
+      var width = document.documentElement.clientWidth;
+      var cut = Array.from(document.querySelectorAll("table[data-layout=rows] td"))
+        .some(function (td) { return td.getBoundingClientRect().right > width + 1; });
+      if (cut && Date.now() - start < 10000) { setTimeout(settle, 200); return; }
+      resolve();
+    })();
+  });
 }).then(function () {
   var selector = %s;
   var width = document.documentElement.clientWidth;
