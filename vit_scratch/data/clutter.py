@@ -79,6 +79,27 @@ def digit_pool(pool: str = "train", test_fraction: float = 0.2, split_seed: int 
     return (digits.images[chosen] / 16.0).astype(np.float32), digits.target[chosen].astype(np.int64)
 
 
+def _check_canvas(n, canvas_size, scale, distractor_contrast, noise, rotate, grid, seed, pool,
+                  test_fraction, split_seed):
+    """The arguments both worlds share, checked (a ``ValueError`` naming the argument):
+    ``(n, canvas size, digit side, grid, the places a digit's corner may go)``."""
+    n = validation.check_int(n, "n", minimum=1)
+    size = validation.check_int(canvas_size, "canvas_size", minimum=1)
+    side = 8 * validation.check_int(scale, "scale", minimum=1)
+    validation.check_float(distractor_contrast, "distractor_contrast", 0.0, 1.0)
+    validation.check_float(noise, "noise", 0.0, 1.0)
+    validation.check_float(rotate, "rotate", 0.0, 180.0)
+    grid = validation.check_int(grid, "grid", minimum=1)
+    validation.check_int(seed, "seed", minimum=0)
+    validation.check_choice(pool, "pool", ("train", "test"))
+    _check_pool_split(test_fraction, split_seed)
+    if size < side:
+        raise ValueError(f"canvas_size {size} is smaller than the digit ({side} pixels at "
+                         f"scale={scale})")
+    places = np.arange(0, size - side + 1, grid)  # where a digit's corner may go
+    return n, size, side, grid, places
+
+
 def _check_pool_split(test_fraction, split_seed) -> None:
     """The pool split's arguments: each pool needs digits of every class, so ``test_fraction``
     lies strictly between 0 and 1; ``split_seed`` is a seed, a non-negative int."""
@@ -98,22 +119,10 @@ def digits_in_clutter(n: int, *, canvas_size: int = 16, scale: int = 1, distract
     as it would if the patches followed the object).  The labels are balanced (each class
     ``n // 10`` or one more times) and shuffled.  Everything is fixed by ``seed`` (and the pool by
     ``pool``, ``test_fraction``, ``split_seed``): the same arguments give the same canvases."""
-    n = validation.check_int(n, "n", minimum=1)
-    size = validation.check_int(canvas_size, "canvas_size", minimum=1)
-    side = 8 * validation.check_int(scale, "scale", minimum=1)
+    n, size, side, grid, places = _check_canvas(n, canvas_size, scale, distractor_contrast, noise,
+                                                rotate, grid, seed, pool, test_fraction, split_seed)
     distractors = validation.check_int(distractors, "distractors", minimum=0)
     clutter = validation.check_int(clutter, "clutter", minimum=0)
-    validation.check_float(distractor_contrast, "distractor_contrast", 0.0, 1.0)
-    validation.check_float(noise, "noise", 0.0, 1.0)
-    validation.check_float(rotate, "rotate", 0.0, 180.0)
-    grid = validation.check_int(grid, "grid", minimum=1)
-    validation.check_int(seed, "seed", minimum=0)
-    validation.check_choice(pool, "pool", ("train", "test"))
-    _check_pool_split(test_fraction, split_seed)
-    if size < side:
-        raise ValueError(f"canvas_size {size} is smaller than the digit ({side} pixels at "
-                         f"scale={scale})")
-    places = np.arange(0, size - side + 1, grid)  # where a digit's corner may go
     if distractors and places[-1] < side:
         raise ValueError(f"distractors={distractors} need room for two {side}-pixel digits side "
                          f"by side (corners on multiples of grid={grid}), and canvas_size={size} "
@@ -178,21 +187,9 @@ def leftmost_digit(n: int, *, canvas_size: int = 16, scale: int = 1, min_shift: 
         >>> bool((world.boxes[:, 1] + 4 <= world.distractor_boxes[:, 0, 1]).all())
         True
     """
-    n = validation.check_int(n, "n", minimum=1)
-    size = validation.check_int(canvas_size, "canvas_size", minimum=1)
-    side = 8 * validation.check_int(scale, "scale", minimum=1)
+    n, size, side, grid, places = _check_canvas(n, canvas_size, scale, distractor_contrast, noise,
+                                                rotate, grid, seed, pool, test_fraction, split_seed)
     min_shift = validation.check_int(min_shift, "min_shift", minimum=1)
-    validation.check_float(distractor_contrast, "distractor_contrast", 0.0, 1.0)
-    validation.check_float(noise, "noise", 0.0, 1.0)
-    validation.check_float(rotate, "rotate", 0.0, 180.0)
-    grid = validation.check_int(grid, "grid", minimum=1)
-    validation.check_int(seed, "seed", minimum=0)
-    validation.check_choice(pool, "pool", ("train", "test"))
-    _check_pool_split(test_fraction, split_seed)
-    if size < side:
-        raise ValueError(f"canvas_size {size} is smaller than the digit ({side} pixels at "
-                         f"scale={scale})")
-    places = np.arange(0, size - side + 1, grid)  # where a digit's corner may go
     top, left = (a.ravel() for a in np.meshgrid(places, places, indexing="ij"))  # (P,)
     apart = (np.abs(top[:, None] - top[None]) >= side) | (np.abs(left[:, None] - left[None]) >= side)
     first, second = np.nonzero(apart & (left[:, None] + min_shift <= left[None]))  # (pairs,)
